@@ -1,0 +1,1 @@
+"""Backends executing lowered tables: `cpu` (numpy interpreter with virtual SMs)."""

@@ -1,0 +1,290 @@
+"""Bind a program to concrete symbol values and lower it to plain integer tables.
+
+The tables are what both backends execute: a task table (grid, coordinates), event elements
+with their wait counts (-1: read at run time), per-task affine wait and notify lists in CSR form,
+the data-dependent edges each grid evaluates at run time, and a schedule (per-SM queues for the
+static mode; initial ready list, dependency counts and push lists for the dynamic mode).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+import numpy as np
+
+from . import sym
+from .errors import CycleError, ProgramError
+from .ir import Edge, Program
+
+RUNTIME = -1  # wait count read from a tensor at run time
+Mode = Literal["static", "dynamic"]
+
+
+@dataclass
+class Bound:
+    """A program with every symbol bound: concrete shapes, extents, task and element ids."""
+
+    program: Program
+    env: dict[str, int]
+    tensor_shapes: dict[str, tuple[int, ...]]
+    event_shapes: dict[str, tuple[int, ...]]
+    grid_extents: dict[str, tuple[int, ...]]
+    task_base: dict[str, int]
+    event_base: dict[str, int]
+    num_tasks: int
+    num_elements: int
+    task_grid: np.ndarray = field(repr=False)     # int32[T]: grid index
+    task_coords: list[tuple[int, ...]] = field(repr=False)
+
+    def task_env(self, t: int) -> dict[str, int]:
+        g = self.program.grids[self.task_grid[t]]
+        return {**self.env, **dict(zip(g.axes, self.task_coords[t]))}
+
+    def task_name(self, t: int) -> str:
+        g = self.program.grids[self.task_grid[t]]
+        return f"{g.name}({', '.join(map(str, self.task_coords[t]))})"
+
+    def element_name(self, x: int) -> str:
+        for ev in reversed(self.program.events):
+            base = self.event_base[ev.name]
+            if x >= base:
+                shape = self.event_shapes[ev.name]
+                idx = np.unravel_index(x - base, shape) if shape else ()
+                return f"{ev.name}[{', '.join(str(int(i)) for i in idx)}]"
+        raise ValueError(f"element id {x} is out of range")
+
+    def grid_tasks(self, name: str) -> range:
+        n = int(np.prod(self.grid_extents[name], dtype=np.int64))
+        return range(self.task_base[name], self.task_base[name] + n)
+
+
+def bind(program: Program, env: Mapping[str, int]) -> Bound:
+    """Check `env` against the declared symbol ranges and enumerate tasks and elements."""
+    sym.check_binding(program.symbols, env)
+    env = {s.name: int(env[s.name]) for s in program.symbols}
+
+    def ev(shape, what):
+        out = tuple(int(sym.evaluate(d, env)) for d in shape)
+        if any(d < 0 for d in out):
+            raise ProgramError(f"{what} has negative size {out} at {env}")
+        return out
+
+    tshapes = {t.name: ev(t.shape, f"tensor '{t.name}'") for t in program.tensors}
+    eshapes = {e.name: ev(e.shape, f"event '{e.name}'") for e in program.events}
+    extents = {g.name: ev(g.extent, f"task grid '{g.name}'") for g in program.grids}
+    task_base, ebase = {}, {}
+    grid_ids: list[int] = []
+    coords: list[tuple[int, ...]] = []
+    for gi, g in enumerate(program.grids):
+        task_base[g.name] = len(coords)
+        for c in itertools.product(*(range(n) for n in extents[g.name])):
+            coords.append(c)
+            grid_ids.append(gi)
+    n_el = 0
+    for e in program.events:
+        ebase[e.name] = n_el
+        n_el += int(np.prod(eshapes[e.name], dtype=np.int64))
+    return Bound(program, env, tshapes, eshapes, extents, task_base, ebase, len(coords), n_el,
+                 np.asarray(grid_ids, dtype=np.int32), coords)
+
+
+def edge_elements(b: Bound, edge: Edge, t: int, tensors=None) -> np.ndarray:
+    """Element ids (global) that task `t` notifies or waits on through `edge`."""
+    local = edge.map.elements(b.task_env(t), b.event_shapes[edge.event], tensors,
+                              what=f"{edge.kind} edge {edge.grid} -> {edge.event}, task "
+                                   f"{b.task_name(t)}")
+    return local + b.event_base[edge.event]
+
+
+def _csr(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in lists])
+    vals = np.concatenate(lists).astype(np.int64) if lists else np.zeros(0, np.int64)
+    return ptr, vals
+
+
+@dataclass
+class Tables:
+    """Lowered program for one binding: the integer tables both backends execute."""
+
+    bound: Bound
+    wait_ptr: np.ndarray           # CSR over tasks: distinct affine wait elements
+    wait_elem: np.ndarray
+    notify_ptr: np.ndarray         # CSR over tasks: affine notifies (repeats count twice)
+    notify_elem: np.ndarray
+    target: np.ndarray             # int64[E]: wait count, or RUNTIME
+    dyn_edges: dict[int, list[int]]      # grid index -> data-dependent notify/wait edge ids
+    trigger_edges: dict[int, list[int]]  # consumer grid index -> trigger edge ids
+    notify_count: np.ndarray       # int64[E]: affine notifies each element receives
+    mode: Mode = "static"
+    num_sms: int = 132
+    sm_queues: list[np.ndarray] = field(default_factory=list)   # static
+    ready: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # dynamic
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    push_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    push_task: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def program(self) -> Program:
+        return self.bound.program
+
+
+def build_tables(b: Bound) -> Tables:
+    """Enumerate affine edges and wait counts (no schedule yet)."""
+    p = b.program
+    waits: list[list[np.ndarray]] = [[] for _ in range(b.num_tasks)]
+    notifies: list[list[np.ndarray]] = [[] for _ in range(b.num_tasks)]
+    dyn: dict[int, list[int]] = {}
+    trig: dict[int, list[int]] = {}
+    gidx = {g.name: i for i, g in enumerate(p.grids)}
+    for ei, edge in enumerate(p.edges):
+        gi = gidx[edge.grid]
+        if edge.kind == "trigger":
+            trig.setdefault(gi, []).append(ei)
+            continue
+        if edge.map.is_data_dependent:
+            dyn.setdefault(gi, []).append(ei)
+            continue
+        dest = waits if edge.kind == "wait" else notifies
+        for t in b.grid_tasks(edge.grid):
+            dest[t].append(edge_elements(b, edge, t))
+    wait_ptr, wait_elem = _csr([np.unique(np.concatenate(w)) if w else np.zeros(0, np.int64)
+                                for w in waits])
+    notify_ptr, notify_elem = _csr([np.concatenate(n) if n else np.zeros(0, np.int64)
+                                    for n in notifies])
+    notify_count = np.bincount(notify_elem, minlength=b.num_elements).astype(np.int64)
+    return Tables(b, wait_ptr, wait_elem, notify_ptr, notify_elem, event_targets(b, notify_count),
+                  dyn, trig, notify_count)
+
+
+def event_targets(b: Bound, notify_count: np.ndarray) -> np.ndarray:
+    """Wait count of every element: the closed form where declared or derived, the number of
+    affine notifies where the count is left to enumeration, RUNTIME where read from a tensor."""
+    target = np.zeros(b.num_elements, dtype=np.int64)
+    for e in b.program.events:
+        base, shape = b.event_base[e.name], b.event_shapes[e.name]
+        n = int(np.prod(shape, dtype=np.int64))
+        if e.runtime_count is not None:
+            target[base:base + n] = RUNTIME
+        elif e.wait_count is None:
+            target[base:base + n] = notify_count[base:base + n]
+        else:
+            expr = e.wait_count.dims[0].value  # type: ignore[union-attr]
+            for flat, idx in enumerate(itertools.product(*(range(s) for s in shape))):
+                target[base + flat] = expr.eval({**b.env, **dict(zip(e.axes, idx))})
+    return target
+
+
+def task_predecessors(tables: Tables) -> list[set[int]]:
+    """Tasks each task must follow: notifiers of its affine waits, and every notifier task of
+    an event it reaches through a data-dependent wait or a trigger (collapsed conservatively)."""
+    b, p = tables.bound, tables.program
+    by_elem: dict[int, list[int]] = {}
+    for t in range(b.num_tasks):
+        for x in tables.notify_elem[tables.notify_ptr[t]:tables.notify_ptr[t + 1]]:
+            by_elem.setdefault(int(x), []).append(t)
+    notifier_grids: dict[str, set[str]] = {}
+    for e in p.edges:
+        if e.kind == "notify":
+            notifier_grids.setdefault(e.event, set()).add(e.grid)
+    preds: list[set[int]] = [set() for _ in range(b.num_tasks)]
+    for t in range(b.num_tasks):
+        for x in tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]]:
+            preds[t].update(by_elem.get(int(x), ()))
+    collapsed = [(p.edges[ei], gi) for d in (tables.dyn_edges, tables.trigger_edges)
+                 for gi, eis in d.items() for ei in eis]
+    for edge, gi in collapsed:
+        if edge.kind == "notify":
+            continue
+        sources = [s for g in notifier_grids.get(edge.event, ()) for s in b.grid_tasks(g)]
+        for t in b.grid_tasks(p.grids[gi].name):
+            preds[t].update(s for s in sources if s != t)
+    return preds
+
+
+def topological_order(tables: Tables) -> np.ndarray:
+    """One global topological order of the tasks (smallest ready id first); CycleError naming
+    the tasks of one cycle if there is none."""
+    import heapq
+    preds = task_predecessors(tables)
+    n = len(preds)
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = np.zeros(n, dtype=np.int64)
+    for t, ps in enumerate(preds):
+        indeg[t] = len(ps)
+        for s in ps:
+            succs[s].append(t)
+    heap = [t for t in range(n) if indeg[t] == 0]
+    heapq.heapify(heap)
+    order: list[int] = []
+    while heap:
+        t = heapq.heappop(heap)
+        order.append(t)
+        for s in succs[t]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, s)
+    if len(order) < n:
+        raise CycleError(_cycle_message(tables.bound, preds, indeg))
+    return np.asarray(order, dtype=np.int64)
+
+
+def _cycle_message(b: Bound, preds: list[set[int]], indeg: np.ndarray) -> str:
+    start = int(np.flatnonzero(indeg > 0)[0])
+    path, seen, t = [], {}, start
+    while t not in seen:
+        seen[t] = len(path)
+        path.append(t)
+        t = next(s for s in preds[t] if indeg[s] > 0)
+    cycle = path[seen[t]:] + [t]
+    names = " <- ".join(b.task_name(x) for x in cycle)
+    grids = sorted({b.program.grids[b.task_grid[x]].name for x in cycle})
+    return (f"program '{b.program.name}' has a dependency cycle between task grids "
+            f"{', '.join(grids)} at {b.env}: {names} (each waits on the next)")
+
+
+def schedule(tables: Tables, mode: Mode = "static", num_sms: int = 132) -> Tables:
+    """Attach a schedule: static round-robin over one topological order, or the dynamic
+    ready list, per-task dependency counts and per-element push lists."""
+    if num_sms < 1:
+        raise ValueError(f"num_sms must be at least 1, got {num_sms}")
+    tables.mode, tables.num_sms = mode, num_sms
+    order = topological_order(tables)
+    if mode == "static":
+        tables.sm_queues = [order[s::num_sms] for s in range(num_sms)]
+        return tables
+    if mode != "dynamic":
+        raise ValueError(f"unknown scheduling mode '{mode}' (static or dynamic)")
+    b, p = tables.bound, tables.program
+    pending = np.diff(tables.wait_ptr).astype(np.int64)
+    pushes: list[list[int]] = [[] for _ in range(b.num_elements)]
+    for t in range(b.num_tasks):
+        for x in tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]]:
+            pushes[int(x)].append(t)
+    for gi, eis in tables.dyn_edges.items():
+        for ei in eis:
+            edge = p.edges[ei]
+            if edge.kind != "wait":
+                continue
+            base = b.event_base[edge.event]
+            n = int(np.prod(b.event_shapes[edge.event], dtype=np.int64))
+            for t in b.grid_tasks(p.grids[gi].name):  # collapsed: wait for the whole event
+                pending[t] += n
+                for x in range(base, base + n):
+                    pushes[x].append(t)
+    for gi, eis in tables.trigger_edges.items():
+        for t in b.grid_tasks(p.grids[gi].name):
+            pending[t] += len(eis)
+    tables.pending = pending
+    tables.push_ptr, tables.push_task = _csr([np.asarray(x, np.int64) for x in pushes])
+    tables.ready = np.asarray([t for t in order if pending[t] == 0], dtype=np.int64)
+    return tables
+
+
+def lower(program: Program, env: Mapping[str, int], mode: Mode = "static",
+          num_sms: int = 132) -> Tables:
+    """Run the pass pipeline, bind `env` and build scheduled tables."""
+    from .passes import run_pipeline
+    program = run_pipeline(program)
+    return schedule(build_tables(bind(program, env)), mode, num_sms)

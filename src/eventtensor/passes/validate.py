@@ -1,0 +1,145 @@
+"""Pass: semantic validation over sampled bindings of the symbols.
+
+Checks, each raising an error that names the grid, event, tensor or task at fault:
+* every waited event has a notifier (UnnotifiedEventError);
+* every affine map stays inside its event or tensor (IndexOutOfRangeError);
+* every static wait count equals the notifies the element receives (WaitCountError);
+* the task graph has no cycle (CycleError);
+* every region read is written by some task or provided as input (UnwrittenReadError).
+Bindings: each symbol's low end, high end, low+1 and midpoint, combined (corners first), at
+most `MAX_BINDINGS`; data-dependent maps are checked at run time by the interpreter.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import UnnotifiedEventError, UnwrittenReadError, WaitCountError
+from ..ir import Program
+from ..lower import RUNTIME, bind, build_tables, topological_order
+
+MAX_BINDINGS = 16
+
+
+def sample_bindings(p: Program) -> list[dict[str, int]]:
+    """Representative bindings: corners of the declared ranges first, then interior points."""
+    choices = []
+    for s in p.symbols:
+        lo = s.lo if s.lo is not None else 0
+        hi = s.hi if s.hi is not None else lo + 7
+        choices.append(sorted({lo, hi, min(lo + 1, hi), (lo + hi) // 2},
+                              key=lambda v: (v not in (lo, hi), v)))
+    out = []
+    for combo in itertools.product(*choices):
+        out.append({s.name: v for s, v in zip(p.symbols, combo)})
+    corners = [b for b in out if all(v in (c[0], c[1]) for v, c in zip(b.values(), choices))]
+    rest = [b for b in out if b not in corners]
+    return (corners + rest)[:MAX_BINDINGS]
+
+
+def validate(p: Program) -> Program:
+    """Raise on the first violation found; returns `p` unchanged."""
+    waited = {e.event for e in p.edges if e.kind in ("wait", "trigger")}
+    notified = {e.event for e in p.edges if e.kind == "notify"}
+    for ev in p.events:
+        if ev.name in waited and ev.name not in notified:
+            waiters = sorted({e.grid for e in p.edges if e.event == ev.name})
+            raise UnnotifiedEventError(f"event '{ev.name}' is waited on by task grid(s) "
+                                       f"{', '.join(waiters)} but no task grid notifies it")
+    _check_writers(p)
+    for env in sample_bindings(p):
+        _check_binding(p, env)
+    return p
+
+
+def _check_writers(p: Program) -> None:
+    writers = {r.tensor for g in p.grids for r in g.writes}
+    for g in p.grids:
+        reads = [r.tensor for r in g.reads] + [t for r in g.reads for t in r.map.tensors_read]
+        for t in reads:
+            if p.tensor(t).role != "input" and t not in writers:
+                raise UnwrittenReadError(f"task grid '{g.name}' reads tensor '{t}' but no task "
+                                         "writes it and it is not an input")
+    for e in p.edges:
+        for t in e.map.tensors_read:
+            if p.tensor(t).role != "input" and t not in writers:
+                raise UnwrittenReadError(f"{e.kind} edge {e.grid} -> {e.event} reads tensor "
+                                         f"'{t}' but no task writes it and it is not an input")
+
+
+def _check_binding(p: Program, env: dict[str, int]) -> None:
+    b = bind(p, env)
+    tables = build_tables(b)  # enumerates every affine map: raises IndexOutOfRangeError
+    dd_notified = {e.event for e in p.edges if e.kind == "notify" and e.map.is_data_dependent}
+    for ev in p.events:
+        base = b.event_base[ev.name]
+        n = int(np.prod(b.event_shapes[ev.name], dtype=np.int64))
+        if ev.name in dd_notified or n == 0:
+            continue
+        tgt = tables.target[base:base + n]
+        got = tables.notify_count[base:base + n]
+        bad = np.flatnonzero((tgt != got) & (tgt != RUNTIME))
+        if bad.size:
+            x = int(bad[0])
+            need, have = int(tgt[x]), int(got[x])
+            name = b.element_name(base + x)
+            if have == 0 and _is_waited(tables, base + x):
+                raise UnnotifiedEventError(f"event element {name} waits for {need} notifies but "
+                                           f"no task notifies it (at {env})")
+            verb = "can never be reached" if need > have else "is exceeded"
+            raise WaitCountError(f"wait count of event element {name} {verb}: it waits for "
+                                 f"{need} notifies but receives {have} (at {env})")
+    topological_order(tables)
+    _check_coverage(b)
+
+
+def _is_waited(tables, x: int) -> bool:
+    return bool(np.any(tables.wait_elem == x))
+
+
+def _check_coverage(b) -> None:
+    p = b.program
+    written: dict[str, np.ndarray] = {}
+    opaque: set[str] = set()
+    for g in p.grids:
+        for r in g.writes:
+            if r.map.is_data_dependent:
+                opaque.add(r.tensor)
+                continue
+            mask = written.setdefault(r.tensor, np.zeros(b.tensor_shapes[r.tensor], bool))
+            for t in b.grid_tasks(g.name):
+                mask[_key(b, r, t, "writes")] = True
+    for g in p.grids:
+        for r in g.reads:
+            if p.tensor(r.tensor).role == "input" or r.tensor in opaque or \
+                    r.map.is_data_dependent:
+                continue
+            mask = written[r.tensor]
+            for t in b.grid_tasks(g.name):
+                key = _key(b, r, t, "reads")
+                if not mask[key].all():
+                    raise UnwrittenReadError(
+                        f"task {b.task_name(t)} of task grid '{g.name}' reads "
+                        f"{r.tensor}[{_fmt_key(key)}], part of which no task writes and no "
+                        f"input provides (at {b.env})")
+
+
+def _key(b, r, t: int, role: str):
+    dims = r.map.dim_indices(b.task_env(t), b.tensor_shapes[r.tensor],
+                             what=f"region of '{r.tensor}' {role} by task {b.task_name(t)}")
+    arrays = [d for d in dims if not isinstance(d, slice)]
+    if not arrays:
+        return tuple(dims)
+    return np.ix_(*[np.arange(d.start, d.stop) if isinstance(d, slice) else d for d in dims])
+
+
+def _fmt_key(key) -> str:
+    parts = []
+    for k in key:
+        if isinstance(k, slice):
+            parts.append(f"{k.start}:{k.stop}")
+        else:
+            flat = np.asarray(k).reshape(-1)
+            parts.append(f"{flat.min()}:{flat.max() + 1}" if flat.size else "")
+    return ", ".join(parts)
