@@ -72,13 +72,18 @@ class _SM:
 class Interpreter:
     """One launch of a lowered program over numpy tensors."""
 
-    def __init__(self, tables: Tables, inputs: Mapping[str, np.ndarray], seed: int = 0):
+    def __init__(self, tables: Tables, inputs: Mapping[str, np.ndarray], seed: int = 0,
+                 counters: np.ndarray | None = None):
         self.t, self.b, self.p = tables, tables.bound, tables.program
         self.rng = np.random.default_rng(seed)
         self.seed = seed
         self.data, self.writer = self._allocate(inputs)
         n_el, n_t = self.b.num_elements, self.b.num_tasks
-        self.counter = np.zeros(n_el, np.int64)
+        self.counter = np.zeros(n_el, np.int64) if counters is None else counters
+        if self.counter.shape != (n_el,) or self.counter.any():
+            raise RuntimeCheckError(f"event counters of program '{self.p.name}' are not all "
+                                    "zero at launch: the previous launch did not re-initialise "
+                                    "them")
         self.target = tables.target.copy()
         self.armed = self.target != RUNTIME
         self.done = np.zeros(n_el, bool)
@@ -129,6 +134,7 @@ class Interpreter:
         sms = [_SM(s, t.sm_queues[s] if t.mode == "static" else None) for s in range(t.num_sms)]
         for x in np.flatnonzero(self.armed & (self.target == 0)):
             self._complete(int(x), 0)
+        self._arm({t.name for t in self.p.tensors if t.role == "input"}, 0)
         if t.mode == "dynamic":
             for task in t.ready:
                 self._push(int(task))
@@ -342,7 +348,7 @@ class Interpreter:
                 idx = np.unravel_index(flat, shape) if shape else ()
                 env = {**self.b.env, **{a: int(i) for a, i in zip(ev.axes, idx)}}
                 key = tuple(i.eval(env) for i in load.index)
-                if self.writer[load.tensor][key] < 0:
+                if self.writer[load.tensor][key] == -1:
                     continue
                 self.target[x] = int(self.data[load.tensor][key])
                 if self.target[x] < 0:
@@ -469,6 +475,9 @@ def _fmt(key) -> str:
     return ", ".join(parts)
 
 
-def run(tables: Tables, inputs: Mapping[str, np.ndarray], seed: int = 0) -> RunResult:
-    """Run one launch on the interpreter; see the module docstring for the checks."""
-    return Interpreter(tables, inputs, seed).run()
+def run(tables: Tables, inputs: Mapping[str, np.ndarray], seed: int = 0,
+        counters: np.ndarray | None = None) -> RunResult:
+    """Run one launch on the interpreter; see the module docstring for the checks. Pass the
+    same `counters` array (int64, one per event element, zero) to successive launches to model
+    counters that live on the device: each launch must leave them re-initialised."""
+    return Interpreter(tables, inputs, seed, counters).run()

@@ -65,14 +65,14 @@ def build(experts: int = 8) -> Program:
 
 
 def make_inputs(env, seed: int, experts: int = 8, skew: bool = False):
-    """Random tokens; with `skew`, every token routes to expert 0 first (others starve)."""
+    """Random tokens; with `skew`, every token routes to experts 0 and 1 (the rest get none)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((env["T"], D)).astype(np.float32)
     w_router = rng.standard_normal((D, experts)).astype(np.float32)
     if skew:
         x[:, 0] = 4.0
         w_router[0, :] = 0.0
-        w_router[0, 0] = 50.0
+        w_router[0, 0], w_router[0, 1] = 50.0, 25.0
     w_experts = (rng.standard_normal((experts, D, F)) / 4).astype(np.float32)
     return {"x": x, "w_router": w_router, "w_experts": w_experts}
 
