@@ -2,9 +2,18 @@
 persistent megakernel (CUDA) or run them on a CPU interpreter with virtual SMs."""
 from __future__ import annotations
 
-from .errors import (CycleError, DeadlockError, IndexOutOfRangeError, MapError,
-                     MissingDependencyError, ProgramError, SymbolRangeError,
-                     UnnotifiedEventError, UnwrittenReadError, WaitCountError)
+from .errors import (
+                     CycleError,
+                     DeadlockError,
+                     IndexOutOfRangeError,
+                     MapError,
+                     MissingDependencyError,
+                     ProgramError,
+                     SymbolRangeError,
+                     UnnotifiedEventError,
+                     UnwrittenReadError,
+                     WaitCountError,
+)
 from .frontend import ProgramBuilder
 from .ir import Program, verify
 from .lower import bind, build_tables, lower, schedule

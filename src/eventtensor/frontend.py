@@ -17,12 +17,23 @@ Map and region texts follow `maps.parse_map`; shapes and extents take ints or `s
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from . import sym
 from .errors import ProgramError
-from .ir import EdgeKind, EventDecl, Edge, Program, Region, Role, TaskGrid, TensorDecl, verify
-from .ir import coord_syms, event_axes
+from .ir import (
+    Edge,
+    EdgeKind,
+    EventDecl,
+    Program,
+    Region,
+    Role,
+    TaskGrid,
+    TensorDecl,
+    coord_syms,
+    event_axes,
+    verify,
+)
 from .maps import IndexMap, parse_map
 from .sym import Expr
 

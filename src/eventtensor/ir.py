@@ -6,8 +6,9 @@ checks that need concrete bindings (index ranges, wait counts, cycles) live in `
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal, Mapping
+from typing import Literal
 
 from . import sym
 from .errors import MapError, ProgramError
@@ -142,7 +143,7 @@ class Program:
         return [e for e in self.edges if (grid is None or e.grid == grid)
                 and (event is None or e.event == event) and (kind is None or e.kind == kind)]
 
-    def replace(self, **changes) -> "Program":
+    def replace(self, **changes) -> Program:
         return replace(self, **changes)
 
 
@@ -201,7 +202,8 @@ def verify(p: Program) -> Program:
             for r in regions:
                 t = p.tensor(r.tensor)
                 _check_map(p, r.map, g.axes, len(t.shape),
-                           f"region of tensor '{r.tensor}' {role} by task grid '{g.name}'", declared)
+                           f"region of tensor '{r.tensor}' {role} by task grid '{g.name}'",
+                           declared)
                 if role == "writes" and t.role == "input":
                     raise ProgramError(f"task grid '{g.name}' writes input tensor '{t.name}'")
     for edge in p.edges:

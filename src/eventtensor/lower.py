@@ -8,8 +8,9 @@ static mode; initial ready list, dependency counts and push lists for the dynami
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 import numpy as np
 

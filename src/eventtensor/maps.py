@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class Load:
     """Integer value(s) of runtime tensor `tensor` at `index`; a `FULL` entry yields a vector."""
 
     tensor: str
-    index: tuple[Union[Expr, Full], ...]
+    index: tuple[Expr | Full, ...]
 
     def __str__(self) -> str:
         return f"{self.tensor}[{', '.join(str(i) for i in self.index)}]"
@@ -65,7 +65,7 @@ class Load:
         return np.asarray(arr[key], dtype=np.int64).reshape(-1)
 
 
-Value = Union[Expr, Load]
+Value = Expr | Load
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Span:
         return f"{_value_text(self.start, True)}:{_value_text(self.stop, True)}"
 
 
-Dim = Union[Index, Span, Full]
+Dim = Index | Span | Full
 
 
 def _value_text(v: Value, wrap: bool) -> str:
@@ -168,11 +168,11 @@ class IndexMap:
 
     def dim_indices(self, env: Mapping[str, int], shape: Sequence[int],
                     tensors: Mapping[str, np.ndarray] | None = None,
-                    what: str = "") -> list[Union[slice, np.ndarray]]:
+                    what: str = "") -> list[slice | np.ndarray]:
         """Concrete index set per dimension: a slice for spans and full dims, an int array
         otherwise. Raises IndexOutOfRangeError (naming `what`) outside [0, shape)."""
         tensors = tensors or {}
-        out: list[Union[slice, np.ndarray]] = []
+        out: list[slice | np.ndarray] = []
         for axis, (d, size) in enumerate(zip(self.dims, shape)):
             if isinstance(d, Full):
                 out.append(slice(0, size))
@@ -196,6 +196,15 @@ class IndexMap:
                 out.append(idx)
         return out
 
+    def key(self, env: Mapping[str, int], shape: Sequence[int],
+            tensors: Mapping[str, np.ndarray] | None = None, what: str = ""):
+        """A numpy index selecting the region: basic slicing when every dimension is a range,
+        an outer-product (`np.ix_`) index when some are index vectors."""
+        dims = self.dim_indices(env, shape, tensors, what)
+        if all(isinstance(d, slice) for d in dims):
+            return tuple(dims)
+        return np.ix_(*[np.arange(d.start, d.stop) if isinstance(d, slice) else d for d in dims])
+
     def elements(self, env: Mapping[str, int], shape: Sequence[int],
                  tensors: Mapping[str, np.ndarray] | None = None, what: str = "") -> np.ndarray:
         """Flat (row-major) element ids of the index set, in order, duplicates kept."""
@@ -206,6 +215,21 @@ class IndexMap:
         grids = np.meshgrid(*arrays, indexing="ij")
         return np.ravel_multi_index([g.reshape(-1) for g in grids], tuple(shape)).astype(np.int64) \
             if all(a.size for a in arrays) else np.zeros(0, dtype=np.int64)
+
+
+def format_key(key) -> str:
+    """Readable text of a numpy index made by `IndexMap.key`: `0:32, 5` or `3,7, 0:16`."""
+    parts = []
+    for k in key:
+        if isinstance(k, slice):
+            parts.append(f"{k.start}:{k.stop}")
+            continue
+        flat = np.asarray(k).reshape(-1)
+        if flat.size and np.array_equal(flat, np.arange(flat[0], flat[0] + flat.size)):
+            parts.append(f"{flat[0]}:{flat[0] + flat.size}")
+        else:
+            parts.append(",".join(map(str, flat[:4])) + ("..." if flat.size > 4 else ""))
+    return ", ".join(parts)
 
 
 def _fmt_env(env: Mapping[str, int]) -> str:
@@ -261,7 +285,7 @@ def parse_map(text: str, axes: Sequence[str] | None = None,
 
 
 def _is_single_name(rhs: str, scope: Mapping[str, object]) -> bool:
-    return rhs in scope and not (len(rhs) == 1)
+    return rhs in scope and len(rhs) != 1
 
 
 def _dim(node: ast.AST, scope: Mapping[str, Expr | int], text: str, prefix: str) -> Dim:
@@ -272,7 +296,8 @@ def _dim(node: ast.AST, scope: Mapping[str, Expr | int], text: str, prefix: str)
             return FULL
         if node.lower is None or node.upper is None:
             raise MapError(f"{prefix}map '{text}': a range needs both ends (write ':' for all)")
-        return Span(_value(node.lower, scope, text, prefix), _value(node.upper, scope, text, prefix))
+        return Span(_value(node.lower, scope, text, prefix),
+                    _value(node.upper, scope, text, prefix))
     v = _value(node, scope, text, prefix, allow_vector=True)
     return Index(v)
 
@@ -284,7 +309,7 @@ def _value(node: ast.AST, scope: Mapping[str, Expr | int], text: str, prefix: st
             raise MapError(f"{prefix}map '{text}': only 'tensor[...]' loads are supported")
         sl = node.slice
         parts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
-        idx: list[Union[Expr, Full]] = []
+        idx: list[Expr | Full] = []
         for p in parts:
             if isinstance(p, ast.Slice):
                 if p.lower is not None or p.upper is not None or p.step is not None:

@@ -26,7 +26,8 @@ def to_python(p: Program) -> str:
         wc = f", wait_count={str(e.wait_count)!r}" if e.wait_count is not None else ""
         lines.append(f"    pb.event({e.name!r}, {_shape(e.shape)}{wc})")
     for g in p.grids:
-        lines.append(f"    pb.grid({g.name!r}, {g.kind!r}, {''.join(g.axes)!r}, {_shape(g.extent)},")
+        axes = "".join(g.axes)
+        lines.append(f"    pb.grid({g.name!r}, {g.kind!r}, {axes!r}, {_shape(g.extent)},")
         lines.append(f"            reads={_regions(g.reads)},")
         lines.append(f"            writes={_regions(g.writes)},")
         lines.append(f"            params={dict(g.params)!r})")

@@ -1,8 +1,8 @@
 """Run an example on the CPU interpreter over many interleavings and check it."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 

@@ -18,7 +18,8 @@ import math
 import numbers
 import operator
 import re
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 __all__ = [
     "Expr", "Const", "Sym", "Add", "Mul", "FloorDiv", "Mod", "CeilDiv", "Min", "Max",
@@ -49,10 +50,10 @@ _INF = math.inf
 _ATOM, _MUL, _NEG, _ADD = 4, 3, 2, 1  # printing precedence: atom, product, unary/div, sum
 _I32 = 2**31 - 1
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_RESERVED = frozenset(keyword.kwlist) | {"smin", "smax", "cdiv"} | frozenset(
-    "auto break case char const continue default do double else enum extern float for goto if "
-    "inline int long register restrict return short signed sizeof static struct switch typedef "
-    "union unsigned void volatile while".split())
+_C_KEYWORDS = frozenset("""auto break case char const continue default do double else enum
+    extern float for goto if inline int long register restrict return short signed sizeof static
+    struct switch typedef union unsigned void volatile while""".split())
+_RESERVED = frozenset(keyword.kwlist) | {"smin", "smax", "cdiv"} | frozenset(_C_KEYWORDS)
 
 XBounds = tuple  # (lo, hi): ints, with -inf/+inf marking unbounded sides
 

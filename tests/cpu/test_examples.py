@@ -6,8 +6,7 @@ import pytest
 from eventtensor import bind, build_tables, run_pipeline
 from eventtensor.backends.cpu import run
 from eventtensor.errors import CycleError, MissingDependencyError
-from eventtensor.examples import EXAMPLES
-from eventtensor.examples import moe
+from eventtensor.examples import EXAMPLES, moe
 from eventtensor.lower import schedule
 from eventtensor.runner import check_example
 

@@ -74,5 +74,6 @@ def test_axes_must_match_caller():
 
 def test_out_of_range_names_map_and_binding():
     m = parse_map("i->i + 1")
-    with pytest.raises(IndexOutOfRangeError, match=r"edge g -> E.*index 4 in dimension 0 of size 4"):
+    with pytest.raises(IndexOutOfRangeError,
+                       match=r"edge g -> E.*index 4 in dimension 0 of size 4"):
         m.elements({"i": 3}, (4,), what="edge g -> E")

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from eventtensor import ProgramBuilder, bind, build_tables, run_pipeline
+from eventtensor.backends.cpu import run
 from eventtensor.examples import EXAMPLES
 from eventtensor.lower import schedule
-from eventtensor.backends.cpu import run
 from eventtensor.passes import PIPELINE
 from eventtensor.passes.validate import sample_bindings
 from eventtensor.sym import cdiv

@@ -6,7 +6,7 @@ import pickle
 import random
 import shutil
 import subprocess
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -14,8 +14,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventtensor.sym import (
-    C_PRELUDE, Add, CeilDiv, Const, Expr, FloorDiv, Max, Min, Mod, Mul, Sym, SymbolRangeError,
-    as_expr, cdiv, check_binding, evaluate, parse, simplify, smax, smin,
+    C_PRELUDE,
+    Add,
+    CeilDiv,
+    Const,
+    Expr,
+    FloorDiv,
+    Max,
+    Min,
+    Mod,
+    Mul,
+    Sym,
+    SymbolRangeError,
+    as_expr,
+    cdiv,
+    check_binding,
+    evaluate,
+    parse,
+    simplify,
+    smax,
+    smin,
 )
 
 B = Sym("B", 1, 256)

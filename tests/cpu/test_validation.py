@@ -2,9 +2,16 @@
 import pytest
 
 from eventtensor import ProgramBuilder, bind, run_pipeline
-from eventtensor.errors import (CycleError, IndexOutOfRangeError, MapError, ProgramError,
-                                SymbolRangeError, UnnotifiedEventError, UnwrittenReadError,
-                                WaitCountError)
+from eventtensor.errors import (
+    CycleError,
+    IndexOutOfRangeError,
+    MapError,
+    ProgramError,
+    SymbolRangeError,
+    UnnotifiedEventError,
+    UnwrittenReadError,
+    WaitCountError,
+)
 
 
 def chain(n_hi=8, notify="ij->i", wait="i->i", count=None, event_shape=None, extra=None):

@@ -22,15 +22,15 @@ Checks, raised as errors naming tasks, tensors and events:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import numpy as np
 
 from ..errors import DeadlockError, MissingDependencyError, QueueOverflowError, RuntimeCheckError
 from ..ir import Edge, Region
 from ..lower import RUNTIME, Tables, edge_elements
-from ..maps import Full, Index, IndexMap, Load, Span
+from ..maps import Full, Index, IndexMap, Load, Span, format_key
 from ..ops import KINDS, TaskContext
 
 INT_POISON = -0x5EADBEEF
@@ -274,7 +274,7 @@ class Interpreter:
             for w in np.unique(prev[prev >= 0]):
                 if w != task and not (sm.hb >> int(w)) & 1:
                     raise MissingDependencyError(
-                        f"task {who} overwrites {name}[{_fmt(key)}] written by task "
+                        f"task {who} overwrites {name}[{format_key(key)}] written by task "
                         f"{b.task_name(int(w))} without an event ordering the two")
             self.data[name][key] = val
             self.writer[name][key] = task
@@ -294,23 +294,20 @@ class Interpreter:
                 self._complete(x, sm.hb)
 
     def _key(self, r: Region, env, who: str, role: str):
-        dims = r.map.dim_indices(env, self.b.tensor_shapes[r.tensor], self.data,
-                                 what=f"region of '{r.tensor}' {role} by task {who}")
-        if all(isinstance(d, slice) for d in dims):
-            return tuple(dims)
-        return np.ix_(*[np.arange(d.start, d.stop) if isinstance(d, slice) else d for d in dims])
+        return r.map.key(env, self.b.tensor_shapes[r.tensor], self.data,
+                         what=f"region of '{r.tensor}' {role} by task {who}")
 
     def _check_read(self, name: str, key, hb: int, who: str, what: str) -> None:
         w = self.writer[name][key]
         if (w == -1).any():
             producer = self._producer_of(name, key, w)
             raise MissingDependencyError(
-                f"task {who} reads {name}[{_fmt(key)}] ({what}) before "
+                f"task {who} reads {name}[{format_key(key)}] ({what}) before "
                 f"{producer} wrote it: a dependency is missing")
         for wt in np.unique(w[w >= 0]):
             if not (hb >> int(wt)) & 1:
                 raise MissingDependencyError(
-                    f"task {who} reads {name}[{_fmt(key)}] ({what}) written by task "
+                    f"task {who} reads {name}[{format_key(key)}] ({what}) written by task "
                     f"{self.b.task_name(int(wt))}, but no event orders that task before it: "
                     "a dependency is missing")
 
@@ -463,16 +460,6 @@ class Interpreter:
                                     f"{self.counter[x]}, expected its wait count "
                                     f"{self.target[x]}")
 
-
-def _fmt(key) -> str:
-    parts = []
-    for k in key:
-        if isinstance(k, slice):
-            parts.append(f"{k.start}:{k.stop}")
-        else:
-            flat = np.asarray(k).reshape(-1)
-            parts.append(",".join(map(str, flat[:4])) + ("..." if flat.size > 4 else ""))
-    return ", ".join(parts)
 
 
 def run(tables: Tables, inputs: Mapping[str, np.ndarray], seed: int = 0,

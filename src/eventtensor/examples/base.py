@@ -1,8 +1,8 @@
 """What an example bundles: a program builder, inputs, a plain numpy reference, bindings."""
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 

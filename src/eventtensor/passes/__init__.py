@@ -1,7 +1,7 @@
 """The pass pipeline: one named list of pure functions Program -> Program."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..ir import Program, verify
 from .derive_events import derive_events

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import UnnotifiedEventError, UnwrittenReadError, WaitCountError
 from ..ir import Program
 from ..lower import RUNTIME, bind, build_tables, topological_order
+from ..maps import format_key
 
 MAX_BINDINGS = 16
 
@@ -121,25 +122,10 @@ def _check_coverage(b) -> None:
                 if not mask[key].all():
                     raise UnwrittenReadError(
                         f"task {b.task_name(t)} of task grid '{g.name}' reads "
-                        f"{r.tensor}[{_fmt_key(key)}], part of which no task writes and no "
+                        f"{r.tensor}[{format_key(key)}], part of which no task writes and no "
                         f"input provides (at {b.env})")
 
 
 def _key(b, r, t: int, role: str):
-    dims = r.map.dim_indices(b.task_env(t), b.tensor_shapes[r.tensor],
-                             what=f"region of '{r.tensor}' {role} by task {b.task_name(t)}")
-    arrays = [d for d in dims if not isinstance(d, slice)]
-    if not arrays:
-        return tuple(dims)
-    return np.ix_(*[np.arange(d.start, d.stop) if isinstance(d, slice) else d for d in dims])
-
-
-def _fmt_key(key) -> str:
-    parts = []
-    for k in key:
-        if isinstance(k, slice):
-            parts.append(f"{k.start}:{k.stop}")
-        else:
-            flat = np.asarray(k).reshape(-1)
-            parts.append(f"{flat.min()}:{flat.max() + 1}" if flat.size else "")
-    return ", ".join(parts)
+    return r.map.key(b.task_env(t), b.tensor_shapes[r.tensor],
+                     what=f"region of '{r.tensor}' {role} by task {b.task_name(t)}")
