@@ -16,8 +16,9 @@ from .errors import (
 )
 from .frontend import ProgramBuilder
 from .ir import Program, verify
-from .lower import bind, build_tables, lower, schedule
+from .lower import bind, build_tables
 from .passes import PIPELINE, run_pipeline
+from .schedule import lower, schedule
 
 __version__ = "0.1.0"
 

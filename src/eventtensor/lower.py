@@ -2,15 +2,14 @@
 
 The tables are what both backends execute: a task table (grid, coordinates), event elements
 with their wait counts (-1: read at run time), per-task affine wait and notify lists in CSR form,
-the data-dependent edges each grid evaluates at run time, and a schedule (per-SM queues for the
-static mode; initial ready list, dependency counts and push lists for the dynamic mode).
+the data-dependent edges each grid evaluates at run time, and a schedule (see `schedule`:
+per-SM queues for static grids; ready list, dependency counts and push lists for dynamic ones).
 """
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
@@ -19,7 +18,7 @@ from .errors import CycleError, ProgramError
 from .ir import Edge, Program
 
 RUNTIME = -1  # wait count read from a tensor at run time
-Mode = Literal["static", "dynamic"]
+GUARDED = -1  # a static queue slot whose task lies outside the binding (bucketed tables)
 
 
 @dataclass
@@ -118,13 +117,18 @@ class Tables:
     dyn_edges: dict[int, list[int]]      # grid index -> data-dependent notify/wait edge ids
     trigger_edges: dict[int, list[int]]  # consumer grid index -> trigger edge ids
     notify_count: np.ndarray       # int64[E]: affine notifies each element receives
-    mode: Mode = "static"
+    # schedule (filled by `schedule.schedule`)
+    mode: str = "unscheduled"
     num_sms: int = 132
-    sm_queues: list[np.ndarray] = field(default_factory=list)   # static
-    ready: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # dynamic
+    grid_mode: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # 0 static, 1 dyn
+    queue_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))  # per-SM CSR
+    queue_task: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ready: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     pending: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     push_ptr: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
     push_task: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    early: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per element
+    capacity: int = 0
 
     @property
     def program(self) -> Program:
@@ -243,49 +247,3 @@ def _cycle_message(b: Bound, preds: list[set[int]], indeg: np.ndarray) -> str:
     grids = sorted({b.program.grids[b.task_grid[x]].name for x in cycle})
     return (f"program '{b.program.name}' has a dependency cycle between task grids "
             f"{', '.join(grids)} at {b.env}: {names} (each waits on the next)")
-
-
-def schedule(tables: Tables, mode: Mode = "static", num_sms: int = 132) -> Tables:
-    """Attach a schedule: static round-robin over one topological order, or the dynamic
-    ready list, per-task dependency counts and per-element push lists."""
-    if num_sms < 1:
-        raise ValueError(f"num_sms must be at least 1, got {num_sms}")
-    tables.mode, tables.num_sms = mode, num_sms
-    order = topological_order(tables)
-    if mode == "static":
-        tables.sm_queues = [order[s::num_sms] for s in range(num_sms)]
-        return tables
-    if mode != "dynamic":
-        raise ValueError(f"unknown scheduling mode '{mode}' (static or dynamic)")
-    b, p = tables.bound, tables.program
-    pending = np.diff(tables.wait_ptr).astype(np.int64)
-    pushes: list[list[int]] = [[] for _ in range(b.num_elements)]
-    for t in range(b.num_tasks):
-        for x in tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]]:
-            pushes[int(x)].append(t)
-    for gi, eis in tables.dyn_edges.items():
-        for ei in eis:
-            edge = p.edges[ei]
-            if edge.kind != "wait":
-                continue
-            base = b.event_base[edge.event]
-            n = int(np.prod(b.event_shapes[edge.event], dtype=np.int64))
-            for t in b.grid_tasks(p.grids[gi].name):  # collapsed: wait for the whole event
-                pending[t] += n
-                for x in range(base, base + n):
-                    pushes[x].append(t)
-    for gi, eis in tables.trigger_edges.items():
-        for t in b.grid_tasks(p.grids[gi].name):
-            pending[t] += len(eis)
-    tables.pending = pending
-    tables.push_ptr, tables.push_task = _csr([np.asarray(x, np.int64) for x in pushes])
-    tables.ready = np.asarray([t for t in order if pending[t] == 0], dtype=np.int64)
-    return tables
-
-
-def lower(program: Program, env: Mapping[str, int], mode: Mode = "static",
-          num_sms: int = 132) -> Tables:
-    """Run the pass pipeline, bind `env` and build scheduled tables."""
-    from .passes import run_pipeline
-    program = run_pipeline(program)
-    return schedule(build_tables(bind(program, env)), mode, num_sms)

@@ -8,8 +8,7 @@ import numpy as np
 
 from .backends.cpu import run
 from .examples import Example
-from .lower import Mode, bind, build_tables, schedule
-from .passes import run_pipeline
+from .schedule import lower
 
 
 @dataclass
@@ -33,13 +32,12 @@ class ExampleReport:
                 f"counters  {self.interleavings:3d} interleavings  max err {self.max_error:.1e}")
 
 
-def check_example(ex: Example, env: Mapping[str, int], mode: Mode = "static",
+def check_example(ex: Example, env: Mapping[str, int], mode: str = "static",
                   num_sms: int = 132, interleavings: int = 8, seed: int = 0,
                   inputs: dict[str, np.ndarray] | None = None) -> ExampleReport:
     """Lower `ex` for `env`, run it `interleavings` times with different seeds, check every
     run against the numpy reference and that all runs agree bit for bit."""
-    program = run_pipeline(ex.build())
-    tables = schedule(build_tables(bind(program, env)), mode, num_sms)
+    tables = lower(ex.build(), env, mode, num_sms)
     inputs = inputs if inputs is not None else ex.make_inputs(env, seed)
     first = None
     worst = 0.0
@@ -47,8 +45,7 @@ def check_example(ex: Example, env: Mapping[str, int], mode: Mode = "static",
     for i in range(interleavings):
         res = run(tables, inputs, seed=seed * 1000 + i)
         worst = max(worst, ex.check(res.tensors, inputs, env))
-        guarded = len(res.skipped) if mode == "static" else \
-            tables.bound.num_tasks - len(res.records)
+        guarded = tables.bound.num_tasks - len(res.records)
         outs = {k: res.tensors[k] for k in ex.outputs}
         if first is None:
             first = outs
@@ -59,4 +56,4 @@ def check_example(ex: Example, env: Mapping[str, int], mode: Mode = "static",
                                          f"interleavings (seed {res.seed})")
     b = tables.bound
     return ExampleReport(ex.name, dict(b.env), mode, num_sms, b.num_tasks, guarded,
-                         len(program.events), b.num_elements, interleavings, worst)
+                         len(tables.program.events), b.num_elements, interleavings, worst)

@@ -7,8 +7,8 @@ from eventtensor import bind, build_tables, run_pipeline
 from eventtensor.backends.cpu import run
 from eventtensor.errors import CycleError, MissingDependencyError
 from eventtensor.examples import EXAMPLES, moe
-from eventtensor.lower import schedule
 from eventtensor.runner import check_example
+from eventtensor.schedule import schedule
 
 MODES = ["static", "dynamic"]
 

@@ -7,7 +7,8 @@ from eventtensor import ProgramBuilder, bind, build_tables, run_pipeline
 from eventtensor.backends.cpu import run
 from eventtensor.errors import DeadlockError, RuntimeCheckError
 from eventtensor.examples import EXAMPLES
-from eventtensor.lower import RUNTIME, schedule
+from eventtensor.lower import RUNTIME
+from eventtensor.schedule import schedule
 
 
 def tables_for(p, env, mode="static", sms=4):
@@ -57,7 +58,7 @@ def test_unreachable_runtime_count_is_a_reported_deadlock(mode):
 def test_out_of_order_static_queue_deadlocks_with_report():
     ex = EXAMPLES["splitk_rowsum"]
     t = tables_for(ex.build(), {"n": 1}, "static", sms=1)
-    t.sm_queues = [t.sm_queues[0][::-1]]  # consumer first: waits on a producer behind it
+    t.queue_task = t.queue_task[::-1].copy()  # consumer first: waits on a producer behind it
     with pytest.raises(DeadlockError, match=r"SM 0 runs final_sum\(0\) waiting on E\[0\] "
                                             r"\(counter 0 of 4\)"):
         run(t, ex.make_inputs({"n": 1}, 0))

@@ -6,9 +6,9 @@ import pytest
 from eventtensor import ProgramBuilder, bind, build_tables, run_pipeline
 from eventtensor.backends.cpu import run
 from eventtensor.examples import EXAMPLES
-from eventtensor.lower import schedule
 from eventtensor.passes import PIPELINE
 from eventtensor.passes.validate import sample_bindings
+from eventtensor.schedule import schedule
 from eventtensor.sym import cdiv
 
 

@@ -1,214 +1,277 @@
 """CPU interpreter: the executable specification of the megakernel runtime.
 
-It executes lowered `Tables` on N virtual SMs, one atomic action per step, the acting SM chosen
-by a seeded random generator, so every run is one interleaving the GPU could produce:
+It executes scheduled `Tables` on N virtual SMs, one atomic action at a time:
 
-  fetch   static: next task of the SM's own queue; dynamic: pop the shared FIFO queue
-  wait    one event element per step, satisfied once armed and counter >= wait count
-  resolve evaluate the task's data-dependent waits and trigger (reading index tensors)
-  run     read tiles, run the kind's numpy reference, write tiles, notify, complete events
+  fetch   next entry of the SM's static queue (guarded slots are skipped), or pop the device
+          queue (dynamic grids); with early push, popping a task counts a dispatch on every
+          element it will notify and pushes consumers whose producers are all dispatched
+  pass    one wait: the element is armed and its completion count reached the wait count
+  nest    hybrid only: an SM blocked on a static task pops and runs a ready dynamic task
+  resolve evaluate the task's data-dependent waits and its trigger (guarded if none covers it)
+  begin   read tiles (checked), run the kind's numpy reference
+  finish  write tiles (checked), notify, complete elements, push released consumers
 
-Event semantics are the GPU's: counters count up; an element completes when its counter
-reaches its wait count; a runtime wait count arms the element when its count tensor is written
-(a count of zero completes it then); in dynamic mode completing an element pushes the consumers
-whose last dependency it was, and a trigger edge releases its data-dependent task range. After
-the last task the counters are checked and re-initialised on the device (no host memset).
+A `policy` picks the acting SM: "random" (seeded; every run is an interleaving the GPU could
+produce) or "timed" (earliest action first under a `CostModel`: the cost-model simulator,
+which also gives task times in microseconds). Counters: completions count in units of 2^16 on
+early-push elements (dispatches below), 1 elsewhere; a runtime wait count arms its element when
+the count tensor is written (zero completes it at once). After the last task every counter is
+checked and re-initialised on the device (no host memset between launches).
 
-Checks, raised as errors naming tasks, tensors and events:
-* MissingDependencyError: a task reads (or overwrites) data that is unwritten (buffers are
-  poisoned) or was written by a task that no event orders before it (happens-before tracking);
-* DeadlockError: no SM can act while work is left; lists blocked tasks and their events;
-* RuntimeCheckError: a task ran twice or before its waits, or a counter ended off its count.
+Raised: MissingDependencyError (see `datacheck`), DeadlockError (no SM can act while work is
+left: blocked tasks and the events they wait on), QueueOverflowError, RuntimeCheckError (a task
+ran twice or before its waits, or a counter ended off its count).
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DeadlockError, MissingDependencyError, QueueOverflowError, RuntimeCheckError
-from ..ir import Edge, Region
+from ..errors import DeadlockError, QueueOverflowError, RuntimeCheckError
+from ..ir import Edge
 from ..lower import RUNTIME, Tables, edge_elements
-from ..maps import Full, Index, IndexMap, Load, Span, format_key
+from ..maps import Full, Index, IndexMap, Load, Span
 from ..ops import KINDS, TaskContext
+from ..schedule.cost import Cost, CostModel, grid_costs
+from ..schedule.dynamic import DISPATCH_BITS
+from .datacheck import DataState
 
-INT_POISON = -0x5EADBEEF
-_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32,
-           "int32": np.int32, "int64": np.int64}
+UNIT_EARLY = 1 << DISPATCH_BITS
 
 
 @dataclass
 class TaskRecord:
     sm: int
     task: int
-    fetch: int   # step the SM took the task
-    start: int   # step the body ran (after every wait)
-    end: int
+    fetch: float   # when the SM took the task (step, or µs under the timed policy)
+    start: float   # body start, after every wait
+    end: float
+    waits: tuple[int, ...] = ()
 
 
 @dataclass
 class RunResult:
-    """Tensors after the run, what ran where and when (in interpreter steps)."""
+    """Tensors after the run; what ran where and when; guarded tasks; counters at the end."""
 
     tensors: dict[str, np.ndarray]
     records: list[TaskRecord]
-    skipped: list[int]          # guarded tasks: trigger grid tasks outside every range
+    skipped: list[int]
     steps: int
     seed: int
+    makespan: float
     final_counters: np.ndarray = field(repr=False)
 
 
+class _Frame:
+    __slots__ = ("task", "waits", "resolved", "hb", "fetch", "start", "end", "running",
+                 "passed", "inputs", "wkeys")
+
+    def __init__(self, task: int, waits: list[int], t: float):
+        self.task, self.waits, self.resolved, self.hb = task, waits, False, 1 << task
+        self.fetch, self.start, self.end, self.running = t, t, t, False
+        self.passed: list[int] = []
+        self.inputs: dict = {}
+        self.wkeys: dict = {}
+
+
 class _SM:
-    def __init__(self, sid: int, queue: np.ndarray | None):
-        self.id, self.queue, self.pos = sid, queue, 0
-        self.task = -1
-        self.waits: list[int] = []
-        self.resolved = False
-        self.fetch_step = 0
-        self.hb = 0
+    def __init__(self, sid: int, lo: int, hi: int):
+        self.id, self.pos, self.end = sid, lo, hi
+        self.stack: list[_Frame] = []
+        self.clock = 0.0
 
 
 class Interpreter:
-    """One launch of a lowered program over numpy tensors."""
+    """One launch of scheduled tables. `inputs` may be None only when `execute` is False and
+    the program reads no runtime tensor in its maps (pure timing simulation)."""
 
-    def __init__(self, tables: Tables, inputs: Mapping[str, np.ndarray], seed: int = 0,
-                 counters: np.ndarray | None = None):
+    def __init__(self, tables: Tables, inputs: Mapping[str, np.ndarray] | None, seed: int = 0,
+                 counters: np.ndarray | None = None, policy: str = "random",
+                 cost_model: CostModel | None = None, execute: bool = True):
+        if tables.mode == "unscheduled":
+            raise ValueError("tables have no schedule: call schedule.schedule() first")
+        if policy not in ("random", "timed"):
+            raise ValueError(f"unknown policy '{policy}' (random or timed)")
         self.t, self.b, self.p = tables, tables.bound, tables.program
-        self.rng = np.random.default_rng(seed)
-        self.seed = seed
-        self.data, self.writer = self._allocate(inputs)
+        self.rng, self.seed, self.policy, self.execute = np.random.default_rng(seed), seed, \
+            policy, execute
+        if not execute and any(e.map.is_data_dependent for e in self.p.edges):
+            raise ValueError(f"program '{self.p.name}' has data-dependent edges: simulate it "
+                             "with inputs (execute=True)")
+        self.data = DataState(self.b, inputs or {}) if execute else None
+        self.cm = cost_model or CostModel(num_sms=tables.num_sms)
+        costs = grid_costs(self.p, self.b.env) if policy == "timed" else {}
+        self.cost: list[Cost] = [costs.get(g.name, Cost(0, 0)) for g in self.p.grids]
         n_el, n_t = self.b.num_elements, self.b.num_tasks
         self.counter = np.zeros(n_el, np.int64) if counters is None else counters
         if self.counter.shape != (n_el,) or self.counter.any():
             raise RuntimeCheckError(f"event counters of program '{self.p.name}' are not all "
                                     "zero at launch: the previous launch did not re-initialise "
                                     "them")
+        self.unit = np.where(tables.early, UNIT_EARLY, 1).astype(np.int64)
         self.target = tables.target.copy()
         self.armed = self.target != RUNTIME
         self.done = np.zeros(n_el, bool)
-        self.done_step = np.full(n_el, -1, np.int64)
+        self.done_t = np.zeros(n_el)
         self.elem_hb = [0] * n_el
         self.ran = np.zeros(n_t, np.int64)
-        self.task_waits: list[list[int]] = [[] for _ in range(n_t)]
-        self.pending = tables.pending.copy() if tables.mode == "dynamic" else None
+        self.pending = tables.pending.copy()
         self.queue: list[int] = []
-        self.queue_head = 0
+        self.push_t: list[float] = []
+        self.qhead = 0
         self.pushed = np.zeros(n_t, bool)
-        self.triggered_by: dict[int, int] = {}
         self.records: list[TaskRecord] = []
         self.skipped: list[int] = []
         self.step = 0
-        self.grid_index = {g.name: i for i, g in enumerate(self.p.grids)}
+        self.active = 0
+        self.waiters: dict[int, list[_SM]] = {}
         self.count_events = [(ev, ev.runtime_count) for ev in self.p.events
                              if ev.runtime_count is not None]
+        self.has_dynamic = bool(tables.grid_mode.any())
+        self.hybrid = self.has_dynamic and not bool(tables.grid_mode.all())
 
-    # ------------------------------------------------------------------ set-up
-    def _allocate(self, inputs: Mapping[str, np.ndarray]):
-        data, writer = {}, {}
-        unknown = set(inputs) - {t.name for t in self.p.tensors if t.role == "input"}
-        if unknown:
-            raise ValueError(f"program '{self.p.name}' has no input tensor named "
-                             f"{', '.join(sorted(unknown))}")
-        for t in self.p.tensors:
-            shape, dt = self.b.tensor_shapes[t.name], _DTYPES[t.dtype]
-            if t.role == "input":
-                if t.name not in inputs:
-                    raise ValueError(f"input tensor '{t.name}' of program '{self.p.name}' "
-                                     "was not given")
-                arr = np.asarray(inputs[t.name])
-                if arr.shape != shape:
-                    raise ValueError(f"input tensor '{t.name}' has shape {arr.shape}, "
-                                     f"expected {shape} at {self.b.env}")
-                data[t.name] = arr.astype(dt, copy=True)
-                writer[t.name] = np.full(shape, -2, np.int64)
-            else:
-                fill = np.nan if np.issubdtype(dt, np.floating) else INT_POISON
-                data[t.name] = np.full(shape, fill, dt)
-                writer[t.name] = np.full(shape, -1, np.int64)
-        return data, writer
-
-    # ------------------------------------------------------------------ run
+    # ------------------------------------------------------------------ main loop
     def run(self) -> RunResult:
-        t = self.t
-        sms = [_SM(s, t.sm_queues[s] if t.mode == "static" else None) for s in range(t.num_sms)]
+        qp = self.t.queue_ptr
+        sms = [_SM(s, int(qp[s]), int(qp[s + 1])) for s in range(self.t.num_sms)]
         for x in np.flatnonzero(self.armed & (self.target == 0)):
-            self._complete(int(x), 0)
-        self._arm({t.name for t in self.p.tensors if t.role == "input"}, 0)
-        if t.mode == "dynamic":
-            for task in t.ready:
-                self._push(int(task))
+            self._complete(int(x), 0.0)
+        self._arm({t.name for t in self.p.tensors if t.role == "input"}, 0, 0.0)
+        for task in self.t.ready:
+            self._push(int(task), 0.0)
+        nxt: dict[int, tuple[str, float]] = {}
+        heap: list[tuple[float, int, int]] = []
+        version = [0] * len(sms)
+        dirty = set(range(len(sms)))
         while True:
-            actors = [sm for sm in sms if self._can_act(sm)]
-            if not actors:
+            for s in dirty:
+                a = self._next(sms[s])
+                version[s] += 1
+                if a is None:
+                    nxt.pop(s, None)
+                else:
+                    nxt[s] = a
+                    if self.policy == "timed":
+                        heapq.heappush(heap, (a[1], s, version[s]))
+            if not nxt:
                 break
-            self.step += 1
-            self._act(actors[int(self.rng.integers(len(actors)))])
-        self._finish(sms)
-        return RunResult(self.data, self.records, self.skipped, self.step, self.seed,
-                         self.final_counters)
-
-    def _can_act(self, sm: _SM) -> bool:
-        if sm.task < 0:
-            if self.t.mode == "static":
-                return sm.pos < len(sm.queue)  # type: ignore[arg-type]
-            return self.queue_head < len(self.queue)
-        return not sm.waits or bool(self.done[sm.waits[0]])
-
-    def _act(self, sm: _SM) -> None:
-        if sm.task < 0:
-            if self.t.mode == "static":
-                task = int(sm.queue[sm.pos])  # type: ignore[index]
-                sm.pos += 1
+            if self.policy == "timed":
+                while True:
+                    t, s, v = heapq.heappop(heap)
+                    if v == version[s] and s in nxt:
+                        break
             else:
-                task = self.queue[self.queue_head]
-                self.queue_head += 1
-            lo, hi = self.t.wait_ptr[task], self.t.wait_ptr[task + 1]
-            sm.task, sm.waits, sm.resolved = task, [int(x) for x in self.t.wait_elem[lo:hi]], False
-            sm.fetch_step, sm.hb = self.step, 1 << task
-            return
-        if sm.waits:
-            x = sm.waits.pop(0)
-            self.task_waits[sm.task].append(x)
-            sm.hb |= self.elem_hb[x]
-            return
-        if not sm.resolved:
-            sm.resolved = True
-            if not self._resolve(sm):
-                self.skipped.append(sm.task)
-                sm.task = -1
-            return
-        self._run_task(sm)
-        sm.task = -1
+                keys = sorted(nxt)
+                s = keys[int(self.rng.integers(len(keys)))]
+            self.step += 1
+            kind, when = nxt[s]
+            dirty = {s} | self._act(sms[s], kind, when)
+        self._finish(sms)
+        makespan = max((r.end for r in self.records), default=0.0)
+        return RunResult(self.data.data if self.data else {}, self.records, self.skipped,
+                         self.step, self.seed, makespan, self.final_counters)
 
-    def _resolve(self, sm: _SM) -> bool:
-        """Data-dependent waits and the trigger of `sm.task`; False if the task is guarded."""
-        gi = int(self.b.task_grid[sm.task])
+    def _next(self, sm: _SM) -> tuple[str, float] | None:
+        """The action SM `sm` can take now and when, or None if it is blocked or idle."""
+        if sm.stack:
+            f = sm.stack[-1]
+            if f.running:
+                return ("finish", f.end)
+            if f.waits:
+                x = f.waits[0]
+                if self.done[x]:
+                    return ("pass", max(sm.clock, self.done_t[x] + self.cm.hop_us))
+                if self.hybrid and len(sm.stack) == 1 and self.qhead < len(self.queue):
+                    return ("nest", max(sm.clock, self.push_t[self.qhead]))
+                return None
+            return ("begin" if f.resolved else "resolve", sm.clock)
+        if self.qhead < len(self.queue) and (self.hybrid or sm.pos >= sm.end):
+            return ("pop", max(sm.clock, self.push_t[self.qhead]))
+        if sm.pos < sm.end:
+            return ("fetch", sm.clock)
+        return None
+
+    def _act(self, sm: _SM, kind: str, when: float) -> set[int]:
+        """Perform one action; returns the SMs whose next action may have changed."""
+        sm.clock = when
+        if kind == "fetch":
+            task = int(self.t.queue_task[sm.pos])
+            sm.pos += 1
+            sm.clock += self.cm.static_dispatch_us
+            if task < 0:
+                self.skipped.append(task)
+                return set()
+            return self._start(sm, task)
+        if kind in ("pop", "nest"):
+            task = self.queue[self.qhead]
+            self.qhead += 1
+            sm.clock += self.cm.pop_us
+            return self._start(sm, task) | self._idle_sms()
+        f = sm.stack[-1]
+        if kind == "pass":
+            x = f.waits.pop(0)
+            f.passed.append(x)
+            f.hb |= self.elem_hb[x]
+            return set()
+        if kind == "resolve":
+            f.resolved = True
+            if not self._resolve(f):
+                self.skipped.append(f.task)
+                sm.stack.pop()
+            return set()
+        if kind == "begin":
+            self._begin(sm, f)
+            return set()
+        return self._finish_task(sm, f)
+
+    def _idle_sms(self) -> set[int]:
+        return set(range(self.t.num_sms))
+
+    def _start(self, sm: _SM, task: int) -> set[int]:
+        lo, hi = self.t.wait_ptr[task], self.t.wait_ptr[task + 1]
+        sm.stack.append(_Frame(task, [int(x) for x in self.t.wait_elem[lo:hi]], sm.clock))
+        if not self.t.early.any() or self.t.grid_mode[self.b.task_grid[task]] != 1:
+            return set()
+        woken: set[int] = set()
+        for x in self.t.notify_elem[self.t.notify_ptr[task]:self.t.notify_ptr[task + 1]]:
+            x = int(x)
+            if self.t.early[x]:
+                self.counter[x] += 1
+                if self.counter[x] % UNIT_EARLY == self.target[x]:
+                    woken |= self._release_consumers(x, sm)
+        return woken
+
+    # ------------------------------------------------------------------ one task
+    def _resolve(self, f: _Frame) -> bool:
+        """Data-dependent waits and the trigger of `f.task`; False if the task is guarded."""
+        gi = int(self.b.task_grid[f.task])
         for ei in self.t.dyn_edges.get(gi, []):
             edge = self.p.edges[ei]
             if edge.kind == "wait":
-                sm.waits.extend(int(x) for x in self._dd_elements(sm, edge))
+                f.waits.extend(int(x) for x in self._dd_elements(f, edge))
         for ei in self.t.trigger_edges.get(gi, []):
-            e = self._trigger_source(sm, self.p.edges[ei])
+            e = self._trigger_source(f, self.p.edges[ei])
             if e is None:
                 return False
-            sm.waits.append(e)
+            f.waits.append(e)
         return True
 
-    def _trigger_source(self, sm: _SM, edge: Edge) -> int | None:
-        """The event element whose trigger range holds `sm.task`, or None (guarded task)."""
-        local = sm.task - self.b.task_base[edge.grid]
+    def _trigger_source(self, f: _Frame, edge: Edge) -> int | None:
+        """The event element whose trigger range holds `f.task`, or None (guarded task)."""
+        local = f.task - self.b.task_base[edge.grid]
         base = self.b.event_base[edge.event]
-        shape = self.b.event_shapes[edge.event]
         found = None
-        for flat in range(int(np.prod(shape, dtype=np.int64))):
-            lo, hi = self._trigger_range(edge, flat, sm.hb, self.b.task_name(sm.task))
+        for flat in range(int(np.prod(self.b.event_shapes[edge.event], dtype=np.int64))):
+            lo, hi = self._trigger_range(edge, flat, f.hb, self.b.task_name(f.task))
             if lo <= local < hi:
                 if found is not None:
                     raise RuntimeCheckError(
                         f"trigger ranges of {self.b.element_name(found)} and "
                         f"{self.b.element_name(base + flat)} both release task "
-                        f"{self.b.task_name(sm.task)}")
+                        f"{self.b.task_name(f.task)}")
                 found = base + flat
         return found
 
@@ -218,17 +281,21 @@ class Interpreter:
         env = {**self.b.env, **{a: int(i) for a, i in zip(self.p.event(edge.event).axes, idx)}}
         self._check_map_reads(edge.map, env, hb, who)
         n = int(np.prod(self.b.grid_extents[edge.grid], dtype=np.int64))
-        (rng,) = edge.map.dim_indices(env, (n,), self.data,
+        (rng,) = edge.map.dim_indices(env, (n,), self._tensors(),
                                       what=f"trigger edge {edge.event} -> {edge.grid}")
         return rng.start, rng.stop  # type: ignore[union-attr]
 
-    def _dd_elements(self, sm: _SM, edge: Edge) -> np.ndarray:
-        env = self.b.task_env(sm.task)
-        self._check_map_reads(edge.map, env, sm.hb, self.b.task_name(sm.task))
-        return edge_elements(self.b, edge, sm.task, self.data)
+    def _tensors(self) -> dict[str, np.ndarray]:
+        return self.data.data if self.data else {}
+
+    def _dd_elements(self, f: _Frame, edge: Edge) -> np.ndarray:
+        self._check_map_reads(edge.map, self.b.task_env(f.task), f.hb, self.b.task_name(f.task))
+        return edge_elements(self.b, edge, f.task, self._tensors())
 
     def _check_map_reads(self, m: IndexMap, env, hb: int, who: str) -> None:
         """A map reading index tensors is a read: check those elements like a tile read."""
+        if self.data is None or hb < 0:
+            return
         for d in m.dims:
             vals = [d.value] if isinstance(d, Index) else \
                 [d.start, d.stop] if isinstance(d, Span) else []
@@ -236,104 +303,80 @@ class Interpreter:
                 if isinstance(v, Load):
                     key = tuple(slice(None) if isinstance(i, Full) else i.eval(env)
                                 for i in v.index)
-                    self._check_read(v.tensor, key, hb, who, f"index map '{m}'")
+                    self.data.check_read(v.tensor, key, hb, who, f"index map '{m}'", self.ran)
 
-    # ------------------------------------------------------------------ one task
-    def _run_task(self, sm: _SM) -> None:
-        task, b = sm.task, self.b
+    def _begin(self, sm: _SM, f: _Frame) -> None:
+        task, b = f.task, self.b
         if self.ran[task]:
             raise RuntimeCheckError(f"task {b.task_name(task)} ran twice")
-        g = self.p.grids[b.task_grid[task]]
-        env = b.task_env(task)
-        who = b.task_name(task)
-        inputs = {}
+        gi = int(b.task_grid[task])
+        g = self.p.grids[gi]
+        f.start, f.running = sm.clock, True
+        self.active += 1
+        f.end = sm.clock + (self.cm.task_us(self.cost[gi], self.active)
+                            if self.policy == "timed" else 0.0)
+        if self.data is None:
+            return
+        env, who = b.task_env(task), b.task_name(task)
         for r in g.reads:
-            self._check_map_reads(r.map, env, sm.hb, who)
+            self._check_map_reads(r.map, env, f.hb, who)
             key = self._key(r, env, who, "reads")
-            self._check_read(r.tensor, key, sm.hb, who, "its region")
-            inputs[r.tensor] = self.data[r.tensor][key].copy()
-        wkeys = {}
+            self.data.check_read(r.tensor, key, f.hb, who, "its region", self.ran)
+            f.inputs[r.tensor] = self.data.data[r.tensor][key].copy()
         for r in g.writes:
-            self._check_map_reads(r.map, env, sm.hb, who)
-            wkeys[r.tensor] = self._key(r, env, who, "writes")
-        ctx = TaskContext(g.name, dict(zip(g.axes, b.task_coords[task])), b.env, g.param_dict,
-                          inputs, {k: self.data[k][v].shape for k, v in wkeys.items()},
-                          {k: self.data[k].dtype for k in wkeys})
+            self._check_map_reads(r.map, env, f.hb, who)
+            f.wkeys[r.tensor] = self._key(r, env, who, "writes")
+
+    def _key(self, r, env, who: str, role: str):
+        return r.map.key(env, self.b.tensor_shapes[r.tensor], self._tensors(),
+                         what=f"region of '{r.tensor}' {role} by task {who}")
+
+    def _finish_task(self, sm: _SM, f: _Frame) -> set[int]:
+        task, b = f.task, self.b
+        sm.stack.pop()
+        self.active -= 1
+        g = self.p.grids[b.task_grid[task]]
+        if self.data is not None:
+            self._write_outputs(f, g)
+        self.ran[task] += 1
+        self.records.append(TaskRecord(sm.id, task, f.fetch, f.start, f.end, tuple(f.passed)))
+        elems = [int(x) for x in self.t.notify_elem[self.t.notify_ptr[task]:
+                                                    self.t.notify_ptr[task + 1]]]
+        for ei in self.t.dyn_edges.get(int(b.task_grid[task]), []):
+            edge = self.p.edges[ei]
+            if edge.kind == "notify":
+                elems.extend(int(x) for x in self._dd_elements(f, edge))
+        woken = self._arm(set(f.wkeys), f.hb, sm.clock) if self.data else set()
+        for x in elems:
+            self.counter[x] += self.unit[x]
+            self.elem_hb[x] |= f.hb
+            if self.armed[x] and not self.done[x] and \
+                    self.counter[x] // self.unit[x] >= self.target[x]:
+                woken |= self._complete(x, sm.clock, f.hb, sm)
+        return woken
+
+    def _write_outputs(self, f: _Frame, g) -> None:
+        who = self.b.task_name(f.task)
+        ctx = TaskContext(g.name, dict(zip(g.axes, self.b.task_coords[f.task])), self.b.env,
+                          g.param_dict, f.inputs,
+                          {k: self.data.data[k][v].shape for k, v in f.wkeys.items()},
+                          {k: self.data.data[k].dtype for k in f.wkeys})
         outs = KINDS[g.kind].reference(ctx)
-        if set(outs) != set(wkeys):
+        if set(outs) != set(f.wkeys):
             raise RuntimeCheckError(f"task {who} (kind {g.kind}) returned tiles "
-                                    f"{sorted(outs)} but writes {sorted(wkeys)}")
-        start = self.step
-        for name, key in wkeys.items():
+                                    f"{sorted(outs)} but writes {sorted(f.wkeys)}")
+        for name, key in f.wkeys.items():
             val = np.asarray(outs[name])
             if val.shape != ctx.out_shapes[name]:
                 raise RuntimeCheckError(f"task {who} (kind {g.kind}) returned a tile of shape "
                                         f"{val.shape} for '{name}', expected "
                                         f"{ctx.out_shapes[name]}")
-            prev = self.writer[name][key]
-            for w in np.unique(prev[prev >= 0]):
-                if w != task and not (sm.hb >> int(w)) & 1:
-                    raise MissingDependencyError(
-                        f"task {who} overwrites {name}[{format_key(key)}] written by task "
-                        f"{b.task_name(int(w))} without an event ordering the two")
-            self.data[name][key] = val
-            self.writer[name][key] = task
-        self.ran[task] += 1
-        self.records.append(TaskRecord(sm.id, task, sm.fetch_step, start, self.step))
-        lo, hi = self.t.notify_ptr[task], self.t.notify_ptr[task + 1]
-        elems = [int(x) for x in self.t.notify_elem[lo:hi]]
-        for ei in self.t.dyn_edges.get(int(b.task_grid[task]), []):
-            edge = self.p.edges[ei]
-            if edge.kind == "notify":
-                elems.extend(int(x) for x in self._dd_elements(sm, edge))
-        self._arm(set(wkeys), sm.hb)
-        for x in elems:
-            self.counter[x] += 1
-            self.elem_hb[x] |= sm.hb
-            if self.armed[x] and not self.done[x] and self.counter[x] >= self.target[x]:
-                self._complete(x, sm.hb)
-
-    def _key(self, r: Region, env, who: str, role: str):
-        return r.map.key(env, self.b.tensor_shapes[r.tensor], self.data,
-                         what=f"region of '{r.tensor}' {role} by task {who}")
-
-    def _check_read(self, name: str, key, hb: int, who: str, what: str) -> None:
-        w = self.writer[name][key]
-        if (w == -1).any():
-            producer = self._producer_of(name, key, w)
-            raise MissingDependencyError(
-                f"task {who} reads {name}[{format_key(key)}] ({what}) before "
-                f"{producer} wrote it: a dependency is missing")
-        for wt in np.unique(w[w >= 0]):
-            if not (hb >> int(wt)) & 1:
-                raise MissingDependencyError(
-                    f"task {who} reads {name}[{format_key(key)}] ({what}) written by task "
-                    f"{self.b.task_name(int(wt))}, but no event orders that task before it: "
-                    "a dependency is missing")
-
-    def _producer_of(self, name: str, key, w: np.ndarray) -> str:
-        """Name the task that should have written the first unwritten element of the read."""
-        full = np.zeros(self.b.tensor_shapes[name], bool)
-        sub = full[key]
-        sub[w == -1] = True
-        full[key] = sub
-        grids = [g for g in self.p.grids if any(r.tensor == name for r in g.writes)]
-        for g in grids:
-            r = next(r for r in g.writes if r.tensor == name)
-            for t in self.b.grid_tasks(g.name):
-                if self.ran[t]:
-                    continue
-                try:
-                    k = self._key(r, self.b.task_env(t), self.b.task_name(t), "writes")
-                except Exception:  # its region depends on data not yet written
-                    return f"a task of grid '{g.name}'"
-                if full[k].any():
-                    return f"its producer {self.b.task_name(t)}"
-        return "any task" if not grids else f"a task of grid '{grids[0].name}'"
+            self.data.write(name, key, val, f.task, f.hb, who)
 
     # ------------------------------------------------------------------ events and queue
-    def _arm(self, written: set[str], hb: int) -> None:
+    def _arm(self, written: set[str], hb: int, now: float) -> set[int]:
         """Arm elements whose runtime wait count was just written (count read on device)."""
+        woken: set[int] = set()
         for ev, load in self.count_events:
             if load.tensor not in written:
                 continue
@@ -345,45 +388,60 @@ class Interpreter:
                 idx = np.unravel_index(flat, shape) if shape else ()
                 env = {**self.b.env, **{a: int(i) for a, i in zip(ev.axes, idx)}}
                 key = tuple(i.eval(env) for i in load.index)
-                if self.writer[load.tensor][key] == -1:
+                if self.data.writer[load.tensor][key] == -1:
                     continue
-                self.target[x] = int(self.data[load.tensor][key])
+                self.target[x] = int(self.data.data[load.tensor][key])
                 if self.target[x] < 0:
                     raise RuntimeCheckError(f"wait count of {self.b.element_name(x)} read from "
                                             f"{load} is negative ({self.target[x]})")
                 self.armed[x] = True
                 self.elem_hb[x] |= hb
-                if self.counter[x] >= self.target[x]:
-                    self._complete(x, hb)
+                if self.counter[x] // self.unit[x] >= self.target[x]:
+                    woken |= self._complete(x, now, hb)
+        return woken
 
-    def _complete(self, x: int, hb: int) -> None:
+    def _complete(self, x: int, now: float, hb: int = -1, sm: _SM | None = None) -> set[int]:
         self.done[x] = True
-        self.done_step[x] = self.step
-        if self.t.mode != "dynamic":
-            return
-        for c in self.t.push_task[self.t.push_ptr[x]:self.t.push_ptr[x + 1]]:
-            self._release(int(c))
+        self.done_t[x] = now
+        woken = set(range(self.t.num_sms))
+        if not self.t.early[x] or self.target[x] == 0:  # early ones release at dispatch
+            woken |= self._release_consumers(x, sm)
         ev_name = self._event_of(x)
         for edge in self.p.edges_of(event=ev_name, kind="trigger"):
+            if self.t.grid_mode[self._grid_index(edge.grid)] != 1:
+                continue
             lo, hi = self._trigger_range(edge, x - self.b.event_base[ev_name], hb,
                                          f"the notifier completing {self.b.element_name(x)}")
             base = self.b.task_base[edge.grid]
             for local in range(lo, hi):
-                self.triggered_by[base + local] = x
-                self._release(base + local)
+                self._release(base + local, sm)
+        return woken
 
-    def _release(self, task: int) -> None:
-        self.pending[task] -= 1  # type: ignore[index]
-        if self.pending[task] == 0:  # type: ignore[index]
-            self._push(task)
+    def _release_consumers(self, x: int, sm: _SM | None) -> set[int]:
+        for c in self.t.push_task[self.t.push_ptr[x]:self.t.push_ptr[x + 1]]:
+            self._release(int(c), sm)
+        return set(range(self.t.num_sms))
 
-    def _push(self, task: int) -> None:
+    def _grid_index(self, name: str) -> int:
+        return next(i for i, g in enumerate(self.p.grids) if g.name == name)
+
+    def _release(self, task: int, sm: _SM | None) -> None:
+        self.pending[task] -= 1
+        if self.pending[task] == 0:
+            if sm is not None:
+                sm.clock += self.cm.push_us
+            self._push(task, sm.clock if sm is not None else 0.0)
+
+    def _push(self, task: int, now: float) -> None:
         if self.pushed[task]:
             raise QueueOverflowError(f"task {self.b.task_name(task)} was pushed twice")
-        if len(self.queue) >= self.b.num_tasks:
-            raise QueueOverflowError(f"the task queue (capacity {self.b.num_tasks}) is full")
+        if len(self.queue) >= self.t.capacity:
+            raise QueueOverflowError(f"the task queue of program '{self.p.name}' is full "
+                                     f"(capacity {self.t.capacity}) when pushing "
+                                     f"{self.b.task_name(task)}")
         self.pushed[task] = True
         self.queue.append(task)
+        self.push_t.append(now)
 
     def _event_of(self, x: int) -> str:
         name = self.p.events[0].name
@@ -394,9 +452,10 @@ class Interpreter:
 
     # ------------------------------------------------------------------ end of launch
     def _finish(self, sms: list[_SM]) -> None:
-        blocked = [sm for sm in sms if sm.task >= 0]
+        blocked = [sm for sm in sms if sm.stack]
+        skipped = set(self.skipped)
         not_run = [t for t in range(self.b.num_tasks) if not self.ran[t]
-                   and t not in self.skipped and not self._inactive(t)]
+                   and t not in skipped and not self._inactive(t)]
         if blocked or not_run:
             raise self._deadlock(blocked, not_run)
         self._check_invariants()
@@ -406,65 +465,67 @@ class Interpreter:
     def _inactive(self, t: int) -> bool:
         """A trigger-grid task that no trigger range covers (it must not run)."""
         gi = int(self.b.task_grid[t])
+        local_of = t - self.b.task_base[self.p.grids[gi].name]
         for ei in self.t.trigger_edges.get(gi, []):
             edge = self.p.edges[ei]
             n = int(np.prod(self.b.event_shapes[edge.event], dtype=np.int64))
-            local = t - self.b.task_base[edge.grid]
             ranges = (self._trigger_range(edge, f, -1, "the final check") for f in range(n))
-            if not any(lo <= local < hi for lo, hi in ranges):
+            if not any(lo <= local_of < hi for lo, hi in ranges):
                 return True
         return False
 
     def _deadlock(self, blocked: list[_SM], not_run: list[int]) -> DeadlockError:
         info, lines = [], []
         for sm in blocked:
-            x = sm.waits[0] if sm.waits else -1
-            rec = {"sm": sm.id, "task": self.b.task_name(sm.task),
+            f = sm.stack[-1]
+            x = f.waits[0] if f.waits else -1
+            rec = {"sm": sm.id, "task": self.b.task_name(f.task),
                    "event": self.b.element_name(x) if x >= 0 else None,
-                   "counter": int(self.counter[x]) if x >= 0 else None,
+                   "counter": int(self.counter[x] // self.unit[x]) if x >= 0 else None,
                    "wait_count": int(self.target[x]) if x >= 0 and self.armed[x] else None}
             info.append(rec)
             cnt = (f"counter {rec['counter']} of {rec['wait_count']}" if rec["wait_count"]
                    is not None else f"counter {rec['counter']}, wait count not yet set")
             lines.append(f"SM {sm.id} runs {rec['task']} waiting on {rec['event']} ({cnt})")
-        busy = {sm.task for sm in blocked}
+        busy = {f.task for sm in blocked for f in sm.stack}
         for t in not_run:
             if t in busy:
                 continue
             info.append({"sm": None, "task": self.b.task_name(t), "event": None})
-            lines.append(f"{self.b.task_name(t)} never started" + (
-                f" ({self.pending[t]} dependencies pending)" if self.pending is not None else ""))
+            dyn = self.t.grid_mode[self.b.task_grid[t]] == 1
+            lines.append(f"{self.b.task_name(t)} never started" +
+                         (f" ({self.pending[t]} dependencies pending)" if dyn else ""))
         shown = "\n  ".join(lines[:12]) + ("\n  ..." if len(lines) > 12 else "")
         return DeadlockError(f"deadlock in program '{self.p.name}' ({self.t.mode} schedule, "
                              f"{self.t.num_sms} SMs, seed {self.seed}, at {self.b.env}): no "
                              f"virtual SM can make progress.\n  {shown}", info)
 
     def _check_invariants(self) -> None:
-        start = {r.task: r.start for r in self.records}
         for r in self.records:
-            for x in self.task_waits[r.task]:
-                if not self.done[x] or self.done_step[x] > r.start:
+            for x in r.waits:
+                if not self.done[x] or self.done_t[x] > r.start:
                     raise RuntimeCheckError(f"task {self.b.task_name(r.task)} started before "
                                             f"{self.b.element_name(x)} completed")
-        for t in self.skipped:
-            if t in start:
-                raise RuntimeCheckError(f"guarded task {self.b.task_name(t)} ran")
+        ran_skipped = [t for t in self.skipped if t >= 0 and self.ran[t]]
+        if ran_skipped:
+            raise RuntimeCheckError(f"guarded task {self.b.task_name(ran_skipped[0])} ran")
         if not self.armed.all():
             x = int(np.flatnonzero(~self.armed)[0])
             raise RuntimeCheckError(f"wait count of {self.b.element_name(x)} was never set: "
                                     "its count tensor was not written")
-        bad = np.flatnonzero(self.counter != self.target)
+        expect = self.target * self.unit + np.where(self.t.early, self.target, 0)
+        bad = np.flatnonzero(self.counter != expect)
         if bad.size:
             x = int(bad[0])
             raise RuntimeCheckError(f"counter of {self.b.element_name(x)} ended at "
-                                    f"{self.counter[x]}, expected its wait count "
-                                    f"{self.target[x]}")
+                                    f"{self.counter[x]}, expected {expect[x]} (wait count "
+                                    f"{self.target[x]})")
 
 
-
-def run(tables: Tables, inputs: Mapping[str, np.ndarray], seed: int = 0,
-        counters: np.ndarray | None = None) -> RunResult:
-    """Run one launch on the interpreter; see the module docstring for the checks. Pass the
-    same `counters` array (int64, one per event element, zero) to successive launches to model
-    counters that live on the device: each launch must leave them re-initialised."""
-    return Interpreter(tables, inputs, seed, counters).run()
+def run(tables: Tables, inputs: Mapping[str, np.ndarray] | None, seed: int = 0,
+        counters: np.ndarray | None = None, **options) -> RunResult:
+    """Run one launch on the interpreter; see the module docstring. Pass the same `counters`
+    array (int64, one per event element, zero) to successive launches to model counters that
+    live on the device: each launch must leave them re-initialised. `options`: policy,
+    cost_model, execute (see `Interpreter`)."""
+    return Interpreter(tables, inputs, seed, counters, **options).run()

@@ -26,7 +26,12 @@ def sum_partials(ctx: TaskContext) -> dict[str, np.ndarray]:
     return {out: ctx.out(out, p.astype(np.float64).sum(axis=0))}
 
 
-@task_kind("gemm_partial")
+def _gemm_flops(reads, writes, params) -> int:
+    rows, k = reads[params["x"]]
+    return 2 * rows * k * reads[params["w"]][1]
+
+
+@task_kind("gemm_partial", _gemm_flops)
 def gemm_partial(ctx: TaskContext) -> dict[str, np.ndarray]:
     """One split-K partial product: X tile (rows, k-chunk) @ W tile (k-chunk, cols)."""
     x, w = ctx.inputs[ctx.params["x"]], ctx.inputs[ctx.params["w"]]
@@ -82,7 +87,12 @@ def moe_gather(ctx: TaskContext) -> dict[str, np.ndarray]:
     return {"xs": ctx.out("xs", ctx.inputs["x"])}
 
 
-@task_kind("moe_expert_gemm")
+def _expert_flops(reads, writes, params) -> int:
+    rows, d = reads["xs"]
+    return 2 * rows * d * reads["w_experts"][2]
+
+
+@task_kind("moe_expert_gemm", _expert_flops)
 def moe_expert_gemm(ctx: TaskContext) -> dict[str, np.ndarray]:
     """One expert GEMM tile: SiLU(xs rows of the tile @ W[expert])."""
     h = ctx.inputs["xs"].astype(np.float64) @ ctx.inputs["w_experts"][0].astype(np.float64)

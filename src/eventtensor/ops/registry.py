@@ -1,7 +1,8 @@
 """The closed vocabulary of task kinds, keyed by name.
 
 A task kind is a rule table entry: its numpy reference body (the CPU interpreter runs it; the
-CUDA backend must match it).
+CUDA backend must match it) and its flop count per task (bytes moved follow from the tiles it
+reads and writes), which the schedulers' cost model uses.
 """
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ class TaskContext:
 
 
 Body = Callable[[TaskContext], dict[str, np.ndarray]]
+Shapes = Mapping[str, tuple[int, ...]]
+Flops = Callable[[Shapes, Shapes, Mapping[str, object]], int]  # (reads, writes, params)
+
+
+def no_flops(reads: Shapes, writes: Shapes, params: Mapping[str, object]) -> int:
+    return 0
 
 
 @dataclass(frozen=True)
@@ -38,18 +45,20 @@ class TaskKind:
     name: str
     doc: str
     reference: Body
+    flops: Flops = no_flops
 
 
 KINDS: dict[str, TaskKind] = {}
 
 
-def task_kind(name: str) -> Callable[[Body], Body]:
-    """Register `fn` as the reference body of task kind `name` (its docstring is the doc)."""
+def task_kind(name: str, flops: Flops = no_flops) -> Callable[[Body], Body]:
+    """Register `fn` as the reference body of task kind `name` (its docstring is the doc);
+    `flops` counts one task's floating-point operations from its tile shapes."""
 
     def wrap(fn: Body) -> Body:
         if name in KINDS:
             raise ValueError(f"task kind '{name}' is registered twice")
-        KINDS[name] = TaskKind(name, (fn.__doc__ or "").strip().splitlines()[0], fn)
+        KINDS[name] = TaskKind(name, (fn.__doc__ or "").strip().splitlines()[0], fn, flops)
         return fn
 
     return wrap

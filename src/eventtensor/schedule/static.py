@@ -1,0 +1,240 @@
+"""Static scheduling: per-SM task queues from one global topological order.
+
+A `StaticTemplate` is built once per program (and SM count); `instantiate(env)` makes the
+queues for a binding with a handful of numpy operations, no per-task Python, and caches them.
+The global order lists grids in a topological order of the grid graph, each grid's tasks in
+row-major order, so every SM queue is a subsequence of one topological order (deadlock free).
+
+Policies:
+* "round_robin" (the paper's baseline): grids in program order, task k of the global order on
+  SM k mod S;
+* "critical_path": grids by longest remaining path (sum of per-task times along the grid
+  graph, at a reference binding), and each grid's tasks dealt first to the SMs with the least
+  accumulated work (cost, not task count).
+
+`check_static(tables)` proves any given queues deadlock free, or says which order is wrong.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from ..errors import ProgramError
+from ..ir import Program
+from ..lower import GUARDED, Tables, task_predecessors
+from ..sym import Expr
+from ..vec import compile_exprs
+from .cost import CostModel, grid_costs
+
+POLICIES = ("critical_path", "round_robin")
+
+
+def grid_graph(p: Program) -> list[set[int]]:
+    """Predecessor grids of each grid: P precedes C when P notifies an event C waits on."""
+    gi = {g.name: i for i, g in enumerate(p.grids)}
+    notifiers: dict[str, set[int]] = {}
+    for e in p.edges:
+        if e.kind == "notify":
+            notifiers.setdefault(e.event, set()).add(gi[e.grid])
+    preds: list[set[int]] = [set() for _ in p.grids]
+    for e in p.edges:
+        if e.kind in ("wait", "trigger"):
+            preds[gi[e.grid]] |= notifiers.get(e.event, set()) - {gi[e.grid]}
+    return preds
+
+
+def _extent_product(extent: tuple[Expr, ...]) -> Expr:
+    out: Expr | int = 1
+    for d in extent:
+        out = d * out
+    return out  # type: ignore[return-value]
+
+
+class StaticTemplate:
+    """Binding-independent static schedule of the grids in `grids` (default: all)."""
+
+    def __init__(self, program: Program, num_sms: int = 132, policy: str = "critical_path",
+                 grids: Iterable[str] | None = None, reference: Mapping[str, int] | None = None,
+                 cost_model: CostModel | None = None):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown static policy '{policy}' (one of {', '.join(POLICIES)})")
+        if num_sms < 1:
+            raise ValueError(f"num_sms must be at least 1, got {num_sms}")
+        self.program, self.num_sms, self.policy = program, num_sms, policy
+        names = [g.name for g in program.grids]
+        chosen = set(names if grids is None else grids)
+        self.sym_names = [s.name for s in program.symbols]
+        self._counts = compile_exprs([_extent_product(g.extent) for g in program.grids],
+                                     self.sym_names)
+        ref = dict(reference or {s.name: s.hi for s in program.symbols})
+        ref_counts = self._grid_counts(ref)
+        cm = cost_model or CostModel(num_sms=num_sms)
+        costs = grid_costs(program, ref)
+        task_us = np.array([cm.task_us(costs[n], num_sms) for n in names])
+        preds = grid_graph(program)
+        if policy == "round_robin":
+            prio = np.zeros(len(names))
+        else:
+            prio = _longest_path(preds, task_us * np.ceil(ref_counts / num_sms))
+        self.order = np.array([i for i in _topo(preds, prio) if names[i] in chosen], np.int64)
+        self.perm = np.tile(np.arange(num_sms), (len(names), 1))
+        if policy == "critical_path":
+            load = np.zeros(num_sms)
+            for g in self.order:
+                self.perm[g] = np.argsort(load, kind="stable")
+                n = int(ref_counts[g])
+                load += (n // num_sms) * task_us[g]
+                load[self.perm[g][: n % num_sms]] += task_us[g]
+        self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def _grid_counts(self, env: Mapping[str, int]) -> np.ndarray:
+        vals = self._counts(*(env[n] for n in self.sym_names))
+        return np.asarray(vals, dtype=np.int64).reshape(-1)
+
+    def instantiate(self, env: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per-SM queues for binding `env` as CSR (queue_ptr[S + 1], queue_task[...]), task
+        ids as `lower.bind` numbers them; cached per binding."""
+        key = tuple(int(env[n]) for n in self.sym_names)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        counts = self._grid_counts(env)
+        base = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        n = counts[self.order]
+        total = int(n.sum())
+        grid_of = np.repeat(self.order, n)
+        j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+        if self.policy == "round_robin":
+            sm = np.arange(total) % self.num_sms
+        else:
+            sm = self.perm[grid_of, j % self.num_sms]
+        idx = np.argsort(sm, kind="stable")
+        ptr = np.zeros(self.num_sms + 1, np.int64)
+        ptr[1:] = np.cumsum(np.bincount(sm, minlength=self.num_sms))
+        out = (ptr, (base[grid_of] + j)[idx])
+        self._cache[key] = out
+        return out
+
+
+def _longest_path(preds: list[set[int]], weight: np.ndarray) -> np.ndarray:
+    succs: list[list[int]] = [[] for _ in preds]
+    for c, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(c)
+    rank = np.zeros(len(preds))
+    for g in reversed(_topo(preds, np.zeros(len(preds)))):
+        rank[g] = weight[g] + max((rank[s] for s in succs[g]), default=0.0)
+    return rank
+
+
+def _topo(preds: list[set[int]], prio: np.ndarray) -> list[int]:
+    """Topological order of grids, highest priority first among ready ones (then program
+    order); ProgramError if the grid graph has a cycle (intra-grid waits are allowed)."""
+    indeg = [len(p) for p in preds]
+    succs: list[list[int]] = [[] for _ in preds]
+    for c, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(c)
+    heap = [(-prio[g], g) for g in range(len(preds)) if indeg[g] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, g = heapq.heappop(heap)
+        out.append(g)
+        for s in succs[g]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, (-prio[s], s))
+    if len(out) < len(preds):
+        raise ProgramError("the task grids depend on each other in a cycle; a static schedule "
+                           "needs an acyclic grid graph")
+    return out
+
+
+def bucket_queues(tables: Tables, template: StaticTemplate, bucket: Mapping[str, int]):
+    """Queues instantiated for a larger `bucket` binding, reused for the tables' binding:
+    entries for tasks outside the actual grid extents become GUARDED slots (skipped at run
+    time: no body, no notify). Returns CSR (queue_ptr, queue_task)."""
+    b = tables.bound
+    p = b.program
+    bb_counts = template._grid_counts(bucket)
+    bb_base = np.concatenate(([0], np.cumsum(bb_counts)[:-1]))
+    ptr, tasks = template.instantiate(bucket)
+    out = np.full(tasks.shape, GUARDED, np.int64)
+    grid_of = np.searchsorted(bb_base, tasks, side="right") - 1
+    for gi, g in enumerate(p.grids):
+        sel = np.flatnonzero(grid_of == gi)
+        if not sel.size:
+            continue
+        bucket_ext = tuple(int(d.eval(bucket)) for d in g.extent)
+        actual_ext = b.grid_extents[g.name]
+        if any(a > e for a, e in zip(actual_ext, bucket_ext)):
+            raise ValueError(f"bucket {dict(bucket)} is smaller than binding {b.env} for task "
+                             f"grid '{g.name}'")
+        coords = np.unravel_index(tasks[sel] - bb_base[gi], bucket_ext)
+        valid = np.all([c < a for c, a in zip(coords, actual_ext)], axis=0) \
+            if coords else np.ones(sel.size, bool)
+        local = np.ravel_multi_index([c[valid] for c in coords], actual_ext) if coords \
+            else np.zeros(int(valid.sum()), np.int64)
+        out[sel[valid]] = b.task_base[g.name] + local
+    return ptr, out
+
+
+def check_static(tables: Tables) -> None:
+    """Prove the static queues deadlock free, or raise ProgramError saying why: every static
+    task appears exactly once, every producer a static task waits on is scheduled, and the
+    queues together with the task dependencies admit one global topological order."""
+    b = tables.bound
+    static = np.flatnonzero(tables.grid_mode[b.task_grid] == 0)
+    entries = tables.queue_task[tables.queue_task >= 0]
+    seen = np.bincount(entries, minlength=b.num_tasks)
+    twice = np.flatnonzero(seen > 1)
+    if twice.size:
+        raise ProgramError(f"static queues hold task {b.task_name(int(twice[0]))} "
+                           f"{int(seen[twice[0]])} times")
+    missing = static[seen[static] == 0]
+    if missing.size:
+        raise ProgramError(f"static task {b.task_name(int(missing[0]))} is in no SM queue")
+    preds = task_predecessors(tables)
+    after: list[list[tuple[int, str]]] = [[] for _ in range(b.num_tasks)]
+    for t in entries:
+        for s in preds[int(t)]:
+            after[s].append((int(t), "waits on"))
+    for sm in range(tables.num_sms):
+        q = [int(x) for x in tables.queue_task[tables.queue_ptr[sm]:tables.queue_ptr[sm + 1]]
+             if x >= 0]
+        for a, c in zip(q, q[1:]):
+            after[a].append((c, f"follows on SM {sm} queue"))
+    indeg = np.zeros(b.num_tasks, np.int64)
+    for succ in after:
+        for c, _ in succ:
+            indeg[c] += 1
+    ready = [t for t in range(b.num_tasks) if indeg[t] == 0]
+    done = 0
+    while ready:
+        t = ready.pop()
+        done += 1
+        for c, _ in after[t]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                ready.append(c)
+    if done < b.num_tasks:
+        raise ProgramError("static queues can deadlock: " + _cycle(b, after, indeg))
+
+
+def _cycle(b, after, indeg) -> str:
+    before: dict[int, tuple[int, str]] = {}
+    for t, succ in enumerate(after):
+        for c, why in succ:
+            if indeg[c] > 0 and indeg[t] > 0:
+                before.setdefault(c, (t, why))
+    t = next(iter(before))
+    seen: list[int] = []
+    while t not in seen:
+        seen.append(t)
+        t = before[t][0]
+    cyc = seen[seen.index(t):]
+    steps = [f"{b.task_name(c)} {before[c][1]} {b.task_name(before[c][0])}" for c in cyc]
+    return "; ".join(steps)
