@@ -122,17 +122,20 @@ class ProgramBuilder:
         ev = self._find(self._events, event, "event")
         self._edge(grid, event, "trigger", text, ev.axes, {})
 
-    def notify(self, grid: str, event: str, text: str) -> None:
+    def notify(self, grid: str, event: str, text: str, on_skip: bool = False) -> None:
+        """Each task of `grid` notifies the elements of `event` the map selects; with
+        `on_skip`, also when the task is guarded and skipped (barrier-style arrival)."""
         g = self._find(self._grids, grid, "task grid")
-        self._edge(grid, event, "notify", text, g.axes, g.coord_syms())
+        self._edge(grid, event, "notify", text, g.axes, g.coord_syms(), on_skip)
 
     def wait(self, grid: str, event: str, text: str) -> None:
         g = self._find(self._grids, grid, "task grid")
         self._edge(grid, event, "wait", text, g.axes, g.coord_syms())
 
-    def _edge(self, grid: str, event: str, kind: EdgeKind, text: str, axes, csyms) -> None:
+    def _edge(self, grid: str, event: str, kind: EdgeKind, text: str, axes, csyms,
+              on_skip: bool = False) -> None:
         m = parse_map(text, axes, self._symbols, csyms, where=f"{kind} edge {grid} -> {event}")
-        self._edges.append(Edge(grid, event, kind, m))
+        self._edges.append(Edge(grid, event, kind, m, on_skip))
 
     @staticmethod
     def _find(items, name: str, what: str):

@@ -91,12 +91,15 @@ class Edge:
     """`notify`: each task of `grid` adds one to every element of `event` its map selects.
     `wait`: each task of `grid` waits until every selected element reached its wait count.
     `trigger`: completing event element e releases the tasks (by linear id) of `grid` in the
-    range the map gives for e; those tasks wait on e."""
+    range the map gives for e; those tasks wait on e.
+    `on_skip` (notify only): a task that is guarded (skipped) still makes this notify, as a
+    stage barrier needs."""
 
     grid: str
     event: str
     kind: EdgeKind
     map: IndexMap
+    on_skip: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,8 @@ def verify(p: Program) -> Program:
                 raise MapError(f"{what}: map '{edge.map}' must give a range 'lo:hi' of tasks")
         else:
             _check_map(p, edge.map, g.axes, len(ev.shape), what, declared)
+        if edge.on_skip and (edge.kind != "notify" or edge.map.is_data_dependent):
+            raise MapError(f"{what}: only affine notify edges can be made by skipped tasks")
     return p
 
 

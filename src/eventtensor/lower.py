@@ -117,6 +117,8 @@ class Tables:
     dyn_edges: dict[int, list[int]]      # grid index -> data-dependent notify/wait edge ids
     trigger_edges: dict[int, list[int]]  # consumer grid index -> trigger edge ids
     notify_count: np.ndarray       # int64[E]: affine notifies each element receives
+    skip_ptr: np.ndarray           # CSR over tasks: notifies a guarded task still makes
+    skip_elem: np.ndarray
     # schedule (filled by `schedule.schedule`)
     mode: str = "unscheduled"
     num_sms: int = 132
@@ -140,6 +142,7 @@ def build_tables(b: Bound) -> Tables:
     p = b.program
     waits: list[list[np.ndarray]] = [[] for _ in range(b.num_tasks)]
     notifies: list[list[np.ndarray]] = [[] for _ in range(b.num_tasks)]
+    skips: list[list[np.ndarray]] = [[] for _ in range(b.num_tasks)]
     dyn: dict[int, list[int]] = {}
     trig: dict[int, list[int]] = {}
     gidx = {g.name: i for i, g in enumerate(p.grids)}
@@ -154,13 +157,17 @@ def build_tables(b: Bound) -> Tables:
         dest = waits if edge.kind == "wait" else notifies
         for t in b.grid_tasks(edge.grid):
             dest[t].append(edge_elements(b, edge, t))
+            if edge.on_skip:
+                skips[t].append(dest[t][-1])
     wait_ptr, wait_elem = _csr([np.unique(np.concatenate(w)) if w else np.zeros(0, np.int64)
                                 for w in waits])
     notify_ptr, notify_elem = _csr([np.concatenate(n) if n else np.zeros(0, np.int64)
                                     for n in notifies])
+    skip_ptr, skip_elem = _csr([np.concatenate(n) if n else np.zeros(0, np.int64)
+                                for n in skips])
     notify_count = np.bincount(notify_elem, minlength=b.num_elements).astype(np.int64)
     return Tables(b, wait_ptr, wait_elem, notify_ptr, notify_elem, event_targets(b, notify_count),
-                  dyn, trig, notify_count)
+                  dyn, trig, notify_count, skip_ptr, skip_elem)
 
 
 def event_targets(b: Bound, notify_count: np.ndarray) -> np.ndarray:

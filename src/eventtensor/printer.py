@@ -35,7 +35,8 @@ def to_python(p: Program) -> str:
         if e.kind == "trigger":
             lines.append(f"    pb.trigger({e.event!r}, {e.grid!r}, {str(e.map)!r})")
         else:
-            lines.append(f"    pb.{e.kind}({e.grid!r}, {e.event!r}, {str(e.map)!r})")
+            skip = ", on_skip=True" if e.on_skip else ""
+            lines.append(f"    pb.{e.kind}({e.grid!r}, {e.event!r}, {str(e.map)!r}{skip})")
     lines += ["    return pb.build()", ""]
     return "\n".join(lines)
 

@@ -126,6 +126,7 @@ class Interpreter:
         self.records: list[TaskRecord] = []
         self.skipped: list[int] = []
         self.step = 0
+        self.now = 0.0
         self.active = 0
         self.waiters: dict[int, list[_SM]] = {}
         self.count_events = [(ev, ev.runtime_count) for ev in self.p.events
@@ -196,7 +197,7 @@ class Interpreter:
 
     def _act(self, sm: _SM, kind: str, when: float) -> set[int]:
         """Perform one action; returns the SMs whose next action may have changed."""
-        sm.clock = when
+        sm.clock = self.now = when
         if kind == "fetch":
             task = int(self.t.queue_task[sm.pos])
             sm.pos += 1
@@ -221,6 +222,8 @@ class Interpreter:
             if not self._resolve(f):
                 self.skipped.append(f.task)
                 sm.stack.pop()
+                return self._notify(sm, f, self.t.skip_elem[self.t.skip_ptr[f.task]:
+                                                             self.t.skip_ptr[f.task + 1]])
             return set()
         if kind == "begin":
             self._begin(sm, f)
@@ -347,7 +350,12 @@ class Interpreter:
             if edge.kind == "notify":
                 elems.extend(int(x) for x in self._dd_elements(f, edge))
         woken = self._arm(set(f.wkeys), f.hb, sm.clock) if self.data else set()
+        return woken | self._notify(sm, f, elems)
+
+    def _notify(self, sm: _SM, f: _Frame, elems) -> set[int]:
+        woken: set[int] = set()
         for x in elems:
+            x = int(x)
             self.counter[x] += self.unit[x]
             self.elem_hb[x] |= f.hb
             if self.armed[x] and not self.done[x] and \
@@ -413,24 +421,29 @@ class Interpreter:
             lo, hi = self._trigger_range(edge, x - self.b.event_base[ev_name], hb,
                                          f"the notifier completing {self.b.element_name(x)}")
             base = self.b.task_base[edge.grid]
-            for local in range(lo, hi):
-                self._release(base + local, sm)
+            self._charge_pushes(sm, sum(self._release(base + local) for local in range(lo, hi)))
         return woken
 
     def _release_consumers(self, x: int, sm: _SM | None) -> set[int]:
-        for c in self.t.push_task[self.t.push_ptr[x]:self.t.push_ptr[x + 1]]:
-            self._release(int(c), sm)
+        consumers = self.t.push_task[self.t.push_ptr[x]:self.t.push_ptr[x + 1]]
+        self._charge_pushes(sm, sum(self._release(int(c)) for c in consumers))
         return set(range(self.t.num_sms))
+
+    def _charge_pushes(self, sm: _SM | None, n: int) -> None:
+        """One batch push: a ticket for n slots, records written by the CTA's threads."""
+        if sm is not None and n:
+            sm.clock += self.cm.push_us + n * self.cm.queue_per_task_us
 
     def _grid_index(self, name: str) -> int:
         return next(i for i, g in enumerate(self.p.grids) if g.name == name)
 
-    def _release(self, task: int, sm: _SM | None) -> None:
+    def _release(self, task: int) -> bool:
+        """One dependency of `task` released; pushes it (returns True) when it was the last."""
         self.pending[task] -= 1
         if self.pending[task] == 0:
-            if sm is not None:
-                sm.clock += self.cm.push_us
-            self._push(task, sm.clock if sm is not None else 0.0)
+            self._push(task, self.now)
+            return True
+        return False
 
     def _push(self, task: int, now: float) -> None:
         if self.pushed[task]:

@@ -41,7 +41,8 @@ class CostModel:
     barrier_us: float = 0.89            # full 132-CTA barrier (measured)
     static_dispatch_us: float = 0.05    # read the next queue entry and decode it (estimate)
     pop_us: float = 0.5                 # dynamic queue pop: atomic ticket + record load (estimate)
-    push_us: float = 0.3                # push one task to the dynamic queue (estimate)
+    push_us: float = 0.3                # one batch push: ticket for n slots (estimate)
+    queue_per_task_us: float = 0.0027   # each queued task, amortised (measured)
 
     def task_us(self, cost: Cost, active_sms: int) -> float:
         """Duration of one task while `active_sms` SMs share the memory system."""
