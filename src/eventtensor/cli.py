@@ -28,7 +28,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for ex in EXAMPLES.values():
         print(f"== {ex.name}: {ex.summary}")
         for env in ex.bindings:
-            for mode in ("static", "dynamic"):
+            for mode in ("static", "dynamic", "hybrid", "unfused"):
                 rep = check_example(ex, env, mode, args.sms, args.interleavings)
                 total += rep.interleavings
                 print("   " + rep.line())
@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run one example")
     r.add_argument("example", choices=sorted(EXAMPLES))
     r.add_argument("--binding", help="symbol values, e.g. B=7 or n=3")
-    r.add_argument("--mode", choices=("static", "dynamic"), default="static")
+    r.add_argument("--mode", choices=("static", "dynamic", "hybrid", "unfused"),
+                   default="static")
     r.add_argument("--sms", type=int, default=132)
     r.add_argument("--interleavings", type=int, default=8)
     r.add_argument("--seed", type=int, default=0)

@@ -131,6 +131,7 @@ class Tables:
     push_task: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     early: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per element
     capacity: int = 0
+    reason: str = ""               # why this schedule (see `schedule.lower`, mode "auto")
 
     @property
     def program(self) -> Program:

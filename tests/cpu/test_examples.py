@@ -8,9 +8,20 @@ from eventtensor.backends.cpu import run
 from eventtensor.errors import CycleError, MissingDependencyError
 from eventtensor.examples import EXAMPLES, moe
 from eventtensor.runner import check_example
-from eventtensor.schedule import schedule
+from eventtensor.schedule import schedule, unfuse
+from eventtensor.schedule.simulate import data_dependent_grids
 
-MODES = ["static", "dynamic"]
+MODES = ["static", "dynamic", "hybrid", "unfused"]
+
+
+def scheduled(p, env, mode, num_sms):
+    """Tables of program `p` in `mode` (hybrid: data-dependent grids, or the last, dynamic)."""
+    if mode == "unfused":
+        p = unfuse(p)
+    p = run_pipeline(p)
+    opts = {"dynamic_grids": data_dependent_grids(p) or [p.grids[-1].name]} \
+        if mode == "hybrid" else {}
+    return schedule(build_tables(bind(p, env)), mode, num_sms, **opts)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -43,9 +54,8 @@ def test_symbolic_batch_one_program_for_every_batch():
 def test_moe_routing(mode, experts, tokens, skew):
     ex = moe.MOE
     env = {"T": tokens}
-    p = run_pipeline(moe.build(experts))
     inputs = moe.make_inputs(env, seed=tokens, experts=experts, skew=skew)
-    tables = schedule(build_tables(bind(p, env)), mode, num_sms=6)
+    tables = scheduled(moe.build(experts), env, mode, 6)
     for seed in range(6):
         res = run(tables, inputs, seed=seed)
         ex.check(res.tensors, inputs, env)
@@ -67,7 +77,7 @@ def _wait_edges(p):
     return [i for i, e in enumerate(p.edges) if e.kind in ("wait", "trigger")]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ["static", "dynamic", "hybrid"])  # unfused: barriers order all
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_removed_edge_is_caught_naming_both_tasks(name, mode):
     ex = EXAMPLES[name]
@@ -77,8 +87,7 @@ def test_removed_edge_is_caught_naming_both_tasks(name, mode):
     edges = _wait_edges(full)
     assert edges
     for i in edges:
-        broken = run_pipeline(_without_edge(full, i))
-        tables = schedule(build_tables(bind(broken, env)), mode, num_sms=8)
+        tables = scheduled(_without_edge(full, i), env, mode, 8)
         for seed in range(3):
             with pytest.raises(MissingDependencyError,
                                match=r"task \w+\([\d, ]*\) reads .* (before its producer "

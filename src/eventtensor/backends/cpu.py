@@ -244,7 +244,7 @@ class Interpreter:
             if self.t.early[x]:
                 self.counter[x] += 1
                 if self.counter[x] % UNIT_EARLY == self.target[x]:
-                    woken |= self._release_consumers(x, sm)
+                    woken |= self._release_consumers(x, None)  # overlaps the task's compute
         return woken
 
     # ------------------------------------------------------------------ one task
@@ -438,10 +438,11 @@ class Interpreter:
         return next(i for i, g in enumerate(self.p.grids) if g.name == name)
 
     def _release(self, task: int) -> bool:
-        """One dependency of `task` released; pushes it (returns True) when it was the last."""
+        """One dependency of `task` released; pushes it (returns True) when it was the last.
+        The task becomes visible in the queue one push latency from now."""
         self.pending[task] -= 1
         if self.pending[task] == 0:
-            self._push(task, self.now)
+            self._push(task, self.now + self.cm.push_us)
             return True
         return False
 

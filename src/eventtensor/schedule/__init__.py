@@ -23,7 +23,7 @@ from .dynamic import dynamic_tables
 from .static import StaticTemplate, check_static
 from .unfused import unfuse
 
-MODES = ("static", "dynamic", "hybrid", "unfused")
+MODES = ("static", "dynamic", "hybrid", "unfused")  # and "auto" in `lower`
 
 
 def schedule(tables: Tables, mode: str = "static", num_sms: int = 132,
@@ -56,12 +56,21 @@ def schedule(tables: Tables, mode: str = "static", num_sms: int = 132,
 
 
 def lower(program: Program, env: Mapping[str, int], mode: str = "static", num_sms: int = 132,
-          check: bool = True, **options) -> Tables:
+          check: bool = True, inputs: Mapping[str, np.ndarray] | None = None,
+          **options) -> Tables:
     """Pass pipeline, binding and schedule in one call; `check` proves static queues
-    deadlock free (`check_static`)."""
+    deadlock free (`check_static`). `mode="auto"` simulates every mode (with `inputs` where
+    maps read runtime tensors) and keeps the fastest; `tables.reason` says why."""
+    reason = f"mode {mode} as requested"
+    if mode == "auto":
+        from .simulate import choose_mode
+        choice = choose_mode(program, env, num_sms, inputs)
+        mode, reason = choice.mode, choice.reason
+        options = {**choice.options, **options}
     if mode == "unfused":
         program = unfuse(program)
     tables = schedule(build_tables(bind(run_pipeline(program), env)), mode, num_sms, **options)
+    tables.reason = reason
     if check and mode != "dynamic":
         check_static(tables)
     return tables

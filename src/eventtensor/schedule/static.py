@@ -9,8 +9,9 @@ Policies:
 * "round_robin" (the paper's baseline): grids in program order, task k of the global order on
   SM k mod S;
 * "critical_path": grids by longest remaining path (sum of per-task times along the grid
-  graph, at a reference binding), and each grid's tasks dealt first to the SMs with the least
-  accumulated work (cost, not task count).
+  graph, at a reference binding, by default every symbol at its maximum), and each task placed
+  on the SM with the least accumulated work so far (cost, not task count); the placement is
+  computed once at the reference binding and reused by every smaller binding.
 
 `check_static(tables)` proves any given queues deadlock free, or says which order is wrong.
 """
@@ -91,15 +92,29 @@ class StaticTemplate:
         else:
             prio = _longest_path(preds, task_us * np.ceil(ref_counts / num_sms))
         self.order = np.array([i for i in _topo(preds, prio) if names[i] in chosen], np.int64)
-        self.perm = np.tile(np.arange(num_sms), (len(names), 1))
+        self.ref_counts = ref_counts
+        self.assign_off = np.zeros(len(names), np.int64)
+        self.assign = np.zeros(0, np.int64)
         if policy == "critical_path":
-            load = np.zeros(num_sms)
-            for g in self.order:
-                self.perm[g] = np.argsort(load, kind="stable")
-                n = int(ref_counts[g])
-                load += (n // num_sms) * task_us[g]
-                load[self.perm[g][: n % num_sms]] += task_us[g]
+            self._place(ref_counts, task_us)
         self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def _place(self, counts: np.ndarray, task_us: np.ndarray) -> None:
+        """Greedy list placement at the reference binding: each task, in global order, on the
+        SM with the least accumulated time (ties: lowest SM)."""
+        heap = [(0.0, s) for s in range(self.num_sms)]
+        parts = []
+        off = 0
+        for g in self.order:
+            out = np.empty(int(counts[g]), np.int64)
+            for j in range(out.size):
+                load, s = heapq.heappop(heap)
+                out[j] = s
+                heapq.heappush(heap, (load + task_us[g], s))
+            self.assign_off[g] = off
+            off += out.size
+            parts.append(out)
+        self.assign = np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def _grid_counts(self, env: Mapping[str, int]) -> np.ndarray:
         vals = self._counts(*(env[n] for n in self.sym_names))
@@ -120,8 +135,11 @@ class StaticTemplate:
         j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
         if self.policy == "round_robin":
             sm = np.arange(total) % self.num_sms
-        else:
-            sm = self.perm[grid_of, j % self.num_sms]
+        else:  # the reference placement; tasks beyond the reference extent go round robin
+            inside = j < self.ref_counts[grid_of]
+            at = np.where(inside, self.assign_off[grid_of] + j, 0)
+            sm = np.where(inside, self.assign[at] if self.assign.size else 0,
+                          j % self.num_sms)
         idx = np.argsort(sm, kind="stable")
         ptr = np.zeros(self.num_sms + 1, np.int64)
         ptr[1:] = np.cumsum(np.bincount(sm, minlength=self.num_sms))
