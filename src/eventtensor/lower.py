@@ -7,7 +7,6 @@ per-SM queues for static grids; ready list, dependency counts and push lists for
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ import numpy as np
 from . import sym
 from .errors import CycleError, ProgramError
 from .ir import Edge, Program
+from .vec import compile_exprs
 
 RUNTIME = -1  # wait count read from a tensor at run time
 GUARDED = -1  # a static queue slot whose task lies outside the binding (bucketed tables)
@@ -35,15 +35,26 @@ class Bound:
     num_tasks: int
     num_elements: int
     task_grid: np.ndarray = field(repr=False)     # int32[T]: grid index
-    task_coords: list[tuple[int, ...]] = field(repr=False)
+    task_coords: np.ndarray = field(repr=False)   # int64[T, max rank]: coordinates
+
+    def coords(self, t: int) -> tuple[int, ...]:
+        g = self.program.grids[self.task_grid[t]]
+        return tuple(int(c) for c in self.task_coords[t, :len(g.axes)])
 
     def task_env(self, t: int) -> dict[str, int]:
         g = self.program.grids[self.task_grid[t]]
-        return {**self.env, **dict(zip(g.axes, self.task_coords[t]))}
+        return {**self.env, **dict(zip(g.axes, self.coords(t)))}
 
     def task_name(self, t: int) -> str:
         g = self.program.grids[self.task_grid[t]]
-        return f"{g.name}({', '.join(map(str, self.task_coords[t]))})"
+        return f"{g.name}({', '.join(map(str, self.coords(t)))})"
+
+    def grid_env(self, name: str) -> dict[str, object]:
+        """Symbols as ints and the grid's coordinates as arrays over its tasks."""
+        g = self.program.grid(name)
+        rows = self.grid_tasks(name)
+        return {**self.env, **{a: self.task_coords[rows.start:rows.stop, i]
+                               for i, a in enumerate(g.axes)}}
 
     def element_name(self, x: int) -> str:
         for ev in reversed(self.program.events):
@@ -74,19 +85,23 @@ def bind(program: Program, env: Mapping[str, int]) -> Bound:
     eshapes = {e.name: ev(e.shape, f"event '{e.name}'") for e in program.events}
     extents = {g.name: ev(g.extent, f"task grid '{g.name}'") for g in program.grids}
     task_base, ebase = {}, {}
-    grid_ids: list[int] = []
-    coords: list[tuple[int, ...]] = []
+    rank = max((len(g.axes) for g in program.grids), default=0)
+    grid_ids, coords = [], []
+    total = 0
     for gi, g in enumerate(program.grids):
-        task_base[g.name] = len(coords)
-        for c in itertools.product(*(range(n) for n in extents[g.name])):
-            coords.append(c)
-            grid_ids.append(gi)
+        task_base[g.name] = total
+        ext = extents[g.name]
+        c = np.indices(ext).reshape(len(ext), -1).T if ext else np.zeros((1, 0), np.int64)
+        coords.append(np.pad(c, ((0, 0), (0, rank - c.shape[1]))))
+        grid_ids.append(np.full(len(c), gi, np.int32))
+        total += len(c)
     n_el = 0
     for e in program.events:
         ebase[e.name] = n_el
         n_el += int(np.prod(eshapes[e.name], dtype=np.int64))
-    return Bound(program, env, tshapes, eshapes, extents, task_base, ebase, len(coords), n_el,
-                 np.asarray(grid_ids, dtype=np.int32), coords)
+    return Bound(program, env, tshapes, eshapes, extents, task_base, ebase, total, n_el,
+                 np.concatenate(grid_ids) if grid_ids else np.zeros(0, np.int32),
+                 np.concatenate(coords).astype(np.int64) if coords else np.zeros((0, 0)))
 
 
 def edge_elements(b: Bound, edge: Edge, t: int, tensors=None) -> np.ndarray:
@@ -138,12 +153,36 @@ class Tables:
         return self.bound.program
 
 
+def grid_elements(b: Bound, edge: Edge) -> tuple[np.ndarray, np.ndarray]:
+    """(task ids, global element ids) pairs of an affine edge over all tasks of its grid."""
+    rows = b.grid_tasks(edge.grid)
+    what = f"{edge.kind} edge {edge.grid} -> {edge.event}, task "
+    counts, flat = edge.map.ragged_elements(
+        b.grid_env(edge.grid), b.event_shapes[edge.event], len(rows),
+        lambda i: what + b.task_name(rows.start + i))
+    return np.repeat(np.arange(rows.start, rows.stop), counts), flat + b.event_base[edge.event]
+
+
+def _pairs_csr(n: int, pairs: list[tuple[np.ndarray, np.ndarray]], unique: bool):
+    tasks = np.concatenate([p[0] for p in pairs]) if pairs else np.zeros(0, np.int64)
+    elems = np.concatenate([p[1] for p in pairs]) if pairs else np.zeros(0, np.int64)
+    if unique and tasks.size:
+        key = np.unique(np.stack([tasks, elems], axis=1), axis=0)
+        tasks, elems = key[:, 0], key[:, 1]
+    else:
+        order = np.argsort(tasks, kind="stable")
+        tasks, elems = tasks[order], elems[order]
+    ptr = np.zeros(n + 1, np.int64)
+    ptr[1:] = np.cumsum(np.bincount(tasks, minlength=n))
+    return ptr, elems.astype(np.int64)
+
+
 def build_tables(b: Bound) -> Tables:
-    """Enumerate affine edges and wait counts (no schedule yet)."""
+    """Enumerate affine edges (vectorised per edge) and wait counts (no schedule yet)."""
     p = b.program
-    waits: list[list[np.ndarray]] = [[] for _ in range(b.num_tasks)]
-    notifies: list[list[np.ndarray]] = [[] for _ in range(b.num_tasks)]
-    skips: list[list[np.ndarray]] = [[] for _ in range(b.num_tasks)]
+    waits: list[tuple[np.ndarray, np.ndarray]] = []
+    notifies: list[tuple[np.ndarray, np.ndarray]] = []
+    skips: list[tuple[np.ndarray, np.ndarray]] = []
     dyn: dict[int, list[int]] = {}
     trig: dict[int, list[int]] = {}
     gidx = {g.name: i for i, g in enumerate(p.grids)}
@@ -155,17 +194,13 @@ def build_tables(b: Bound) -> Tables:
         if edge.map.is_data_dependent:
             dyn.setdefault(gi, []).append(ei)
             continue
-        dest = waits if edge.kind == "wait" else notifies
-        for t in b.grid_tasks(edge.grid):
-            dest[t].append(edge_elements(b, edge, t))
-            if edge.on_skip:
-                skips[t].append(dest[t][-1])
-    wait_ptr, wait_elem = _csr([np.unique(np.concatenate(w)) if w else np.zeros(0, np.int64)
-                                for w in waits])
-    notify_ptr, notify_elem = _csr([np.concatenate(n) if n else np.zeros(0, np.int64)
-                                    for n in notifies])
-    skip_ptr, skip_elem = _csr([np.concatenate(n) if n else np.zeros(0, np.int64)
-                                for n in skips])
+        pairs = grid_elements(b, edge)
+        (waits if edge.kind == "wait" else notifies).append(pairs)
+        if edge.on_skip:
+            skips.append(pairs)
+    wait_ptr, wait_elem = _pairs_csr(b.num_tasks, waits, unique=True)
+    notify_ptr, notify_elem = _pairs_csr(b.num_tasks, notifies, unique=False)
+    skip_ptr, skip_elem = _pairs_csr(b.num_tasks, skips, unique=False)
     notify_count = np.bincount(notify_elem, minlength=b.num_elements).astype(np.int64)
     return Tables(b, wait_ptr, wait_elem, notify_ptr, notify_elem, event_targets(b, notify_count),
                   dyn, trig, notify_count, skip_ptr, skip_elem)
@@ -184,8 +219,10 @@ def event_targets(b: Bound, notify_count: np.ndarray) -> np.ndarray:
             target[base:base + n] = notify_count[base:base + n]
         else:
             expr = e.wait_count.dims[0].value  # type: ignore[union-attr]
-            for flat, idx in enumerate(itertools.product(*(range(s) for s in shape))):
-                target[base + flat] = expr.eval({**b.env, **dict(zip(e.axes, idx))})
+            idx = np.indices(shape).reshape(len(shape), -1) if shape else []
+            names = list(b.env) + list(e.axes)
+            (val,) = compile_exprs([expr], names)(*b.env.values(), *idx)
+            target[base:base + n] = np.broadcast_to(np.asarray(val, np.int64), (n,))
     return target
 
 

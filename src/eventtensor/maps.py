@@ -205,6 +205,52 @@ class IndexMap:
             return tuple(dims)
         return np.ix_(*[np.arange(d.start, d.stop) if isinstance(d, slice) else d for d in dims])
 
+    def ragged_elements(self, env: Mapping[str, object], shape: Sequence[int], n: int,
+                        name_task) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised `elements` for `n` tasks of an affine map: `env` binds the symbols to
+        ints and the coordinates to int arrays of length n. Returns (count per task, flat
+        element ids task after task). `name_task(i)` names task i in range errors."""
+        from .vec import compile_exprs
+        los, his = [], []
+        for d, size in zip(self.dims, shape):
+            if isinstance(d, Full):
+                los.append(np.zeros(n, np.int64))
+                his.append(np.full(n, size, np.int64))
+                continue
+            ends = [d.value] if isinstance(d, Index) else [d.start, d.stop]
+            names = sorted(env)
+            vals = compile_exprs(ends, names)(*(env[k] for k in names))
+            lo = np.broadcast_to(np.asarray(vals[0], np.int64), (n,))
+            hi = lo + 1 if isinstance(d, Index) else np.broadcast_to(
+                np.asarray(vals[1], np.int64), (n,))
+            los.append(lo)
+            his.append(hi)
+        for axis, (lo, hi, size) in enumerate(zip(los, his, shape)):
+            bad = np.flatnonzero((lo < 0) | (hi > size) | (lo > hi))
+            if bad.size:
+                i = int(bad[0])
+                got = f"index {lo[i]}" if isinstance(self.dims[axis], Index) else \
+                    f"range {lo[i]}:{hi[i]}"
+                binding = {k: v for k, v in env.items() if isinstance(v, int)}
+                raise IndexOutOfRangeError(f"{name_task(i)}: map '{self}' gives {got} in "
+                                           f"dimension {axis} of size {size} at {binding}")
+        if not self.dims:
+            return np.ones(n, np.int64), np.zeros(n, np.int64)
+        sizes = [hi - lo for lo, hi in zip(los, his)]
+        counts = np.prod(sizes, axis=0).astype(np.int64)
+        total = int(counts.sum())
+        owner = np.repeat(np.arange(n), counts)
+        k = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        flat = np.zeros(total, np.int64)
+        stride = 1
+        for lo, size_d, ext in reversed(list(zip(los, sizes, shape))):
+            c = size_d[owner]
+            digit = k % np.maximum(c, 1)
+            k = k // np.maximum(c, 1)
+            flat += (lo[owner] + digit) * stride
+            stride *= ext
+        return counts, flat
+
     def elements(self, env: Mapping[str, int], shape: Sequence[int],
                  tensors: Mapping[str, np.ndarray] | None = None, what: str = "") -> np.ndarray:
         """Flat (row-major) element ids of the index set, in order, duplicates kept."""

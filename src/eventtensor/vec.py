@@ -6,6 +6,7 @@ must be instantiated for a new binding quickly (schedule templates, table enumer
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -22,6 +23,11 @@ _NAMESPACE = {"smin": np.minimum, "smax": np.maximum, "cdiv": _cdiv}
 
 def compile_exprs(exprs: Sequence[Expr], names: Sequence[str]) -> Callable[..., tuple]:
     """A function f(*values) -> tuple of the expressions evaluated at `names` = values."""
+    return _compile(tuple(exprs), tuple(names))
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(exprs: tuple[Expr, ...], names: tuple[str, ...]) -> Callable[..., tuple]:
     body = ", ".join(f"({e.to_py()})" for e in exprs)
     src = f"def _f({', '.join(names)}):\n    return ({body}{',' if len(exprs) == 1 else ''})\n"
     scope = dict(_NAMESPACE)

@@ -58,7 +58,6 @@ class Part:
     out: str             # tensor written
     c0: int = 0          # first column written
     width: int = 0       # columns written by the whole grid
-    bcast: int = 1       # i row_sum: number of columns the row sum is broadcast to
     row_form: str = ""   # "plain" | "smin": how the row region is written when m == 1
     write_full: bool = False
     write_index: bool = False  # i grid writing one column: written as an index ("rows, 2")
@@ -82,10 +81,6 @@ class Part:
 
     def write_union(self) -> tuple[int, int]:
         return self.c0, self.c0 + self.width
-
-    @property
-    def extent_desc(self) -> str:
-        return f"{self.axes}{self.m}"
 
 
 @dataclass
@@ -166,7 +161,8 @@ class Spec:
             return f"{rows}, {p.c0} + j"
         return f"{rows}, ({p.c0} + {c}*j):({p.c0} + {c}*j + {c})"
 
-    def build(self) -> Program:
+    def build(self, order: list[int] | None = None) -> Program:
+        """The program; `order` overrides the declaration order of the grids."""
         pb = ProgramBuilder(f"random_{self.seed}", derive_events=self.derive)
         n = pb.symbol("n", 1, self.n_hi)
         pb.input("X", (self.R * n, self.C))
@@ -180,7 +176,7 @@ class Spec:
             shape = (sym.cdiv(tiles, ev.g) if ev.g > 1 else tiles,) if ev.style == "1d" \
                 else (tiles, p.J)
             pb.event(ev.name, shape, wait_count=ev.declared)
-        for k in self.order:
+        for k in self.order if order is None else order:
             p = self.parts[k]
             tiles = sym.cdiv(n, p.m) if p.m > 1 else n
             extent = (tiles,) if p.axes == "i" else (tiles, p.J)
@@ -295,24 +291,39 @@ def add_explicit_events(spec: Spec, rng: random.Random) -> None:
 
 # ------------------------------------------------------------------ the generator
 
+@dataclass(frozen=True)
+class Config:
+    """Ranges the generator draws from."""
+
+    n_hi: tuple[int, int] = (2, 6)      # upper end of the symbol's range (lower end is 1)
+    grids: tuple[int, int] = (2, 7)     # number of task grids
+    J: tuple[int, ...] = (1, 2, 3)      # extents of axis j
+    m: tuple[int, ...] = (1, 1, 2, 2, 3)  # row-block multipliers
+    max_width: int = 4                  # widest sum_partials write
+    p_ij: float = 0.5                   # probability of a grid over axes "ij"
+
+
+SMALL = Config()
+WIDE = Config(n_hi=(64, 64), grids=(3, 6), J=(4, 6, 8), m=(1, 1, 2, 3), max_width=8, p_ij=0.8)
+
+
 def _make_part(name: str, src: Tensor, out: str, c0: int, rng: random.Random,
-               max_width: int) -> Part:
+               cfg: Config) -> Part:
     w = src.width
     kind = rng.choice(["row_sum", "sum_partials"])
-    axes = rng.choice(["i", "ij"])
-    m = rng.choice([1, 1, 2, 2, 3])
+    axes = "ij" if rng.random() < cfg.p_ij else "i"
+    m = rng.choice(cfg.m)
     form = rng.choice(["plain", "smin"])
     if axes == "ij":
-        J = rng.choice([1, 2, 3])
+        J = rng.choice(cfg.J)
         if kind == "sum_partials" or rng.random() < 0.6:
-            # chunked read: a + chunk*J <= w
-            options = [(c, J) for c in range(1, w + 1) if c * J <= w]
+            # chunked read: task j reads [a + chunk*j, a + chunk*j + chunk), a + chunk*J <= w
+            options = [c for c in range(1, w + 1) if c * J <= w]
             if not options:
-                J = 1
-                options = [(c, 1) for c in range(1, w + 1)]
-            chunk, J = rng.choice(options)
+                J, options = 1, list(range(1, w + 1))
             if kind == "sum_partials":
-                chunk = min(chunk, max(1, max_width // J))
+                options = [c for c in options if c * J <= cfg.max_width] or [1]
+            chunk = rng.choice(options)
             a = rng.randint(0, w - chunk * J)
             p = Part(name, kind, axes, m, J, src.name, a, a + chunk * J, chunk, False,
                      rng.random() < 0.5, out, c0, row_form=form)
@@ -324,9 +335,8 @@ def _make_part(name: str, src: Tensor, out: str, c0: int, rng: random.Random,
         p.width = J
         return p
     a, b, full = _span(w, rng)
-    if kind == "sum_partials" and b - a > max_width:
-        b = a + max_width
-        full = False
+    if kind == "sum_partials" and b - a > cfg.max_width:
+        b, full = a + cfg.max_width, False
     p = Part(name, kind, axes, m, 1, src.name, a, b, 0, full, rng.random() < 0.5, out, c0,
              row_form=form)
     p.width = (b - a) if kind == "sum_partials" else rng.choice([1, 1, 2])
@@ -342,19 +352,21 @@ def _span(w: int, rng: random.Random) -> tuple[int, int, bool]:
     return a, b, False
 
 
-def generate(seed: int, derive: bool | None = None, max_grids: int = 7,
-             n_hi: int | None = None, restrict: bool = True) -> Spec:
-    """A random program spec from `seed` (deterministic)."""
+def generate(seed: int, derive: bool | None = None, cfg: Config = SMALL,
+             restrict: bool = True, shuffle: bool | None = None) -> Spec:
+    """A random program spec, deterministic in `seed`. `derive`: declare no events and let
+    the derive_events pass build them (default: 30% of seeds); `restrict`: keep derived
+    programs to the region shapes the pass handles; `shuffle`: declare the grids in a random
+    order rather than stage order (default: half of the seeds)."""
     rng = random.Random(seed)
     R = rng.choice([2, 4, 8])
     C = rng.choice([4, 8])
-    if n_hi is None:
-        n_hi = rng.randint(2, 6)
+    n_hi = rng.randint(*cfg.n_hi)
     if derive is None:
         derive = rng.random() < 0.3
     tensors: dict[str, Tensor] = {"X": Tensor("X", C)}
     parts: list[Part] = []
-    target = rng.randint(2, max_grids)
+    target = rng.randint(*cfg.grids)
     stage = 0
     while len(parts) < target:
         stage += 1
@@ -362,25 +374,24 @@ def generate(seed: int, derive: bool | None = None, max_grids: int = 7,
         nparts = 2 if rng.random() < 0.35 and target - len(parts) >= 2 else 1
         c0 = 0
         names = list(tensors)
-        for q in range(nparts):
-            # prefer recent tensors a little, but any earlier tensor may be read
+        for _ in range(nparts):
+            # any earlier tensor may be read (a DAG), the two latest a little more often
             src = tensors[rng.choice(names + names[-2:])]
             name = f"g{len(parts)}"
-            p = _make_part(name, src, tname, c0, rng, max_width=4)
+            p = _make_part(name, src, tname, c0, rng, cfg)
             if derive and restrict:
-                restrict_for_derive(p, tensors, parts, rng)
+                restrict_for_derive(p, tensors, parts)
             parts.append(p)
             src.readers.append(name)
             c0 += p.width
-        t = Tensor(tname, c0, [p.name for p in parts if p.out == tname])
-        tensors[tname] = t
-        if nparts == 1 and rng.random() < 0.3 and parts[-1].axes == "i":
+        tensors[tname] = Tensor(tname, c0, [p.name for p in parts if p.out == tname])
+        if nparts == 1 and parts[-1].axes == "i" and rng.random() < 0.3:
             parts[-1].write_full = True
     for t in tensors.values():
         if t.name != "X":
             t.output = not t.readers or rng.random() < 0.3
     order = list(range(len(parts)))
-    if rng.random() < 0.5:
+    if (rng.random() < 0.5) if shuffle is None else shuffle:
         rng.shuffle(order)
     spec = Spec(seed, R, C, n_hi, parts, tensors, derive, order)
     if not derive:
@@ -389,8 +400,7 @@ def generate(seed: int, derive: bool | None = None, max_grids: int = 7,
     return spec
 
 
-def restrict_for_derive(p: Part, tensors: dict[str, Tensor], parts: list[Part],
-                        rng: random.Random) -> None:
+def restrict_for_derive(p: Part, tensors: dict[str, Tensor], parts: list[Part]) -> None:
     """The derive_events pass maps a consumer's read range to producer column tiles without
     clamping to the columns that producer writes, and it connects the consumer to *every*
     writer of the tensor. So in the derived variant a read must be ':' or lie inside the
@@ -437,40 +447,14 @@ def reference(spec: Spec, n: int, X: np.ndarray) -> dict[str, np.ndarray]:
 
 # ------------------------------------------------------------------ wide variant
 
-def generate_wide(seed: int, n: int = 64, min_tasks: int = 1000) -> Spec:
-    """Wide programs with many tasks: 3-4 grids over (cdiv(n, m), J), J up to 8, n = `n`
-    (the symbol's maximum); explicit events, mixed tilings."""
-    rng = random.Random(seed)
-    while True:
-        R = rng.choice([2, 4])
-        C = 8
-        tensors: dict[str, Tensor] = {"X": Tensor("X", C)}
-        parts: list[Part] = []
-        for k in range(rng.randint(3, 4)):
-            names = list(tensors)
-            src = tensors[rng.choice(names[-2:])]
-            J = rng.choice([4, 8]) if k % 2 == 0 or src.width < 8 else 8
-            m = rng.choice([1, 1, 2])
-            name = f"g{k}"
-            tname = f"T{k + 1}"
-            if src.width >= J and src.width % J == 0 and rng.random() < 0.5:
-                chunk = src.width // J
-                p = Part(name, "sum_partials", "ij", m, J, src.name, 0, src.width, chunk,
-                         False, False, tname, 0, row_form="plain")
-                p.width = chunk * J
-            else:
-                chunk = src.width // J if src.width >= J else 0
-                p = Part(name, "row_sum", "ij", m, J, src.name, 0, src.width, chunk,
-                         chunk == 0, False, tname, 0, row_form="plain")
-                p.width = J
-            parts.append(p)
-            src.readers.append(name)
-            tensors[tname] = Tensor(tname, p.width, [name])
-        for t in tensors.values():
-            if t.name != "X":
-                t.output = not t.readers
-        spec = Spec(seed, R, C, n, parts, tensors, False, list(range(len(parts))))
-        add_explicit_events(spec, rng)
-        spec.bindings = [n]
-        if spec.num_tasks(n) >= min_tasks:
+def generate_wide(seed: int, min_tasks: int = 1000, max_tasks: int = 2500) -> Spec:
+    """A program of the WIDE configuration (n = 64 at its maximum, J up to 8, explicit
+    events) with between `min_tasks` and `max_tasks` tasks at n = 64, in which at most one
+    grid reads the input (every other grid waits on a producer)."""
+    for k in range(1000):
+        spec = generate(seed * 1000 + k, derive=False, cfg=WIDE)
+        if min_tasks <= spec.num_tasks(spec.n_hi) <= max_tasks and \
+                sum(p.src == "X" for p in spec.parts) == 1:
+            spec.bindings = [spec.n_hi]
             return spec
+    raise AssertionError(f"no wide program of {min_tasks}..{max_tasks} tasks from seed {seed}")

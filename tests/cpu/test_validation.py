@@ -62,14 +62,14 @@ def test_out_of_range_event_index_names_edge_task_and_binding():
     p = chain(wait="i->i + 1")
     with pytest.raises(IndexOutOfRangeError,
                        match=r"wait edge final_sum -> E, task final_sum\(0\): map 'i->\(i \+ 1\)' "
-                             r"gives index 1 in dimension 0 of size 1 at \(n=1, i=0\)"):
+                             r"gives index 1 in dimension 0 of size 1 at \{'n': 1\}"):
         run_pipeline(p)
 
 
 def test_out_of_range_only_for_some_binding():
     # E has a fixed shape of 4: fine for n <= 4, out of range for larger n
     p = chain(n_hi=6, event_shape=(4,))
-    with pytest.raises(IndexOutOfRangeError, match=r"notify edge partial_sum -> E.*n=6"):
+    with pytest.raises(IndexOutOfRangeError, match=r"notify edge partial_sum -> E.*'n': 6"):
         run_pipeline(p)
 
 

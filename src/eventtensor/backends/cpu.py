@@ -365,7 +365,7 @@ class Interpreter:
 
     def _write_outputs(self, f: _Frame, g) -> None:
         who = self.b.task_name(f.task)
-        ctx = TaskContext(g.name, dict(zip(g.axes, self.b.task_coords[f.task])), self.b.env,
+        ctx = TaskContext(g.name, dict(zip(g.axes, self.b.coords(f.task))), self.b.env,
                           g.param_dict, f.inputs,
                           {k: self.data.data[k][v].shape for k, v in f.wkeys.items()},
                           {k: self.data.data[k].dtype for k in f.wkeys})
