@@ -15,6 +15,8 @@ import numpy as np
 from . import sym
 from .errors import CycleError, ProgramError
 from .ir import Edge, Program
+from .maps import Index, IndexMap
+from .sym import Expr
 from .vec import compile_exprs
 
 RUNTIME = -1  # wait count read from a tensor at run time
@@ -226,6 +228,31 @@ def event_targets(b: Bound, notify_count: np.ndarray) -> np.ndarray:
     return target
 
 
+def grid_graph(p: Program) -> list[set[int]]:
+    """Predecessor grids of each grid: P precedes C when P notifies an event C waits on
+    (elements fixed to different constants, as in stage barriers, do not connect)."""
+    gi = {g.name: i for i, g in enumerate(p.grids)}
+    preds: list[set[int]] = [set() for _ in p.grids]
+    notifies = [e for e in p.edges if e.kind == "notify"]
+    for w in p.edges:
+        if w.kind not in ("wait", "trigger"):
+            continue
+        for n in notifies:
+            if n.event == w.event and n.grid != w.grid and \
+                    (w.kind == "trigger" or _may_meet(n.map, w.map)):
+                preds[gi[w.grid]].add(gi[n.grid])
+    return preds
+
+
+def _may_meet(a: IndexMap, b: IndexMap) -> bool:
+    for da, db in zip(a.dims, b.dims):
+        if isinstance(da, Index) and isinstance(db, Index) and isinstance(da.value, Expr) \
+                and isinstance(db.value, Expr) and da.value.is_const and db.value.is_const \
+                and da.value.value != db.value.value:
+            return False
+    return True
+
+
 def task_predecessors(tables: Tables) -> list[set[int]]:
     """Tasks each task must follow: notifiers of its affine waits, and every notifier task of
     an event it reaches through a data-dependent wait or a trigger (collapsed conservatively)."""
@@ -251,6 +278,28 @@ def task_predecessors(tables: Tables) -> list[set[int]]:
         for t in b.grid_tasks(p.grids[gi].name):
             preds[t].update(s for s in sources if s != t)
     return preds
+
+
+def check_acyclic(tables: Tables) -> None:
+    """CycleError if tasks wait on each other in a cycle. Fast path: an acyclic grid graph
+    without intra-grid waits has no task-level cycle; otherwise tasks are sorted one by one."""
+    preds = grid_graph(tables.program)
+    self_wait = any(e.grid == n.grid and e.event == n.event for e in tables.program.edges
+                    if e.kind in ("wait", "trigger") for n in tables.program.edges
+                    if n.kind == "notify")
+    indeg = [len(p) for p in preds]
+    ready = [g for g, d in enumerate(indeg) if d == 0]
+    seen = 0
+    while ready:
+        g = ready.pop()
+        seen += 1
+        for c, ps in enumerate(preds):
+            if g in ps:
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    ready.append(c)
+    if self_wait or seen < len(preds):
+        topological_order(tables)
 
 
 def topological_order(tables: Tables) -> np.ndarray:

@@ -26,8 +26,11 @@ the consumer waits on an event the producer notifies. Styles:
       on its row tiles and on the producer columns its read overlaps (clamped spans in j)
 Wait counts are mostly derived, sometimes declared (a number, or a closed form). An event
 may be shared by several consumers of one producer. The derived variant declares no events
-(`derive_events=True`); there every part reads either a whole tensor (':') or columns of a
-single producer part (see `restrict_for_derive`).
+(`derive_events=True`); there a part reads either a whole tensor (':') or columns lying inside
+those of every writer over "ij" (see `restrict_for_derive`).
+
+`generate(seed)` gives a small program (tasks <= ~100, n <= 6, run at two bindings);
+`generate_wide(seed)` one of 1000-2500 tasks at n = 64 (config `WIDE`).
 
 The reference (`reference`) evaluates the same DAG with whole-tensor numpy slicing.
 """
@@ -200,10 +203,6 @@ class Spec:
                 out.append(p)
         return out
 
-    def grid_graph(self) -> dict[str, set[str]]:
-        """Data dependencies between grids: consumer -> producer grids (from the spec)."""
-        return {c.name: {p.name for p in self.producers_of(c)} for c in self.parts}
-
     def num_tasks(self, n: int) -> int:
         return sum(-(-n // p.m) * p.J for p in self.parts)
 
@@ -221,7 +220,7 @@ def _notify_text(p: Part, ev: EventSpec) -> str:
 
 # ------------------------------------------------------------------ wait maps (explicit events)
 
-def _row_tiles(spec: Spec, c: Part, p: Part, rng: random.Random) -> tuple[str, str] | str:
+def _row_tiles(c: Part, p: Part, rng: random.Random) -> tuple[str, str] | str:
     """Producer row tiles that consumer task i's rows overlap: an index text, or (lo, hi)."""
     mc, mp = c.m, p.m
     general = rng.random() < 0.3
@@ -234,8 +233,8 @@ def _row_tiles(spec: Spec, c: Part, p: Part, rng: random.Random) -> tuple[str, s
     return (f"(({mc}*i)//{mp})", f"cdiv(smin({mc}*i + {mc}, n), {mp})")
 
 
-def _wait_1d(spec: Spec, c: Part, p: Part, g: int, rng: random.Random) -> str:
-    tiles = _row_tiles(spec, c, p, rng)
+def _wait_1d(c: Part, p: Part, g: int, rng: random.Random) -> str:
+    tiles = _row_tiles(c, p, rng)
     if isinstance(tiles, str):
         dim = tiles if g == 1 else f"({tiles}//{g})"
     else:
@@ -244,8 +243,8 @@ def _wait_1d(spec: Spec, c: Part, p: Part, g: int, rng: random.Random) -> str:
     return f"{c.axes}->{dim}"
 
 
-def _wait_2d(spec: Spec, c: Part, p: Part, rng: random.Random) -> str:
-    tiles = _row_tiles(spec, c, p, rng)
+def _wait_2d(c: Part, p: Part, rng: random.Random) -> str:
+    tiles = _row_tiles(c, p, rng)
     row = tiles if isinstance(tiles, str) else f"{tiles[0]}:{tiles[1]}"
     step = 1 if p.kind == "row_sum" else p.chunk     # producer task jp writes one step
     if c.chunk and c.axes == "ij":
@@ -285,7 +284,7 @@ def add_explicit_events(spec: Spec, rng: random.Random) -> None:
                 ev = EventSpec(f"E{count}_{p.name}", p.name, style, g, declared)
                 spec.events.append(ev)
                 shared[key] = ev
-            text = _wait_1d(spec, c, p, ev.g, rng) if style == "1d" else _wait_2d(spec, c, p, rng)
+            text = _wait_1d(c, p, ev.g, rng) if style == "1d" else _wait_2d(c, p, rng)
             spec.waits.append(WaitSpec(c.name, ev.name, text))
 
 

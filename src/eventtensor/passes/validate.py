@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import UnnotifiedEventError, UnwrittenReadError, WaitCountError
 from ..ir import Program
-from ..lower import RUNTIME, bind, build_tables, topological_order
+from ..lower import RUNTIME, bind, build_tables, check_acyclic
 from ..maps import format_key
 
 MAX_BINDINGS = 16
@@ -91,7 +91,7 @@ def _check_binding(p: Program, env: dict[str, int]) -> None:
             verb = "can never be reached" if need > have else "is exceeded"
             raise WaitCountError(f"wait count of event element {name} {verb}: it waits for "
                                  f"{need} notifies but receives {have} (at {env})")
-    topological_order(tables)
+    check_acyclic(tables)
     _check_coverage(b)
 
 
@@ -109,23 +109,25 @@ def _check_coverage(b) -> None:
                 opaque.add(r.tensor)
                 continue
             mask = written.setdefault(r.tensor, np.zeros(b.tensor_shapes[r.tensor], bool))
-            for t in b.grid_tasks(g.name):
-                mask[_key(b, r, t, "writes")] = True
+            mask.reshape(-1)[_region_elements(b, g, r, "writes")[1]] = True
     for g in p.grids:
         for r in g.reads:
             if p.tensor(r.tensor).role == "input" or r.tensor in opaque or \
                     r.map.is_data_dependent:
                 continue
-            mask = written[r.tensor]
-            for t in b.grid_tasks(g.name):
-                key = _key(b, r, t, "reads")
-                if not mask[key].all():
-                    raise UnwrittenReadError(
-                        f"task {b.task_name(t)} of task grid '{g.name}' reads "
-                        f"{r.tensor}[{format_key(key)}], part of which no task writes and no "
-                        f"input provides (at {b.env})")
+            counts, flat = _region_elements(b, g, r, "reads")
+            missing = ~written[r.tensor].reshape(-1)[flat]
+            if missing.any():
+                t = b.task_base[g.name] + int(np.repeat(np.arange(counts.size), counts)[missing][0])
+                key = r.map.key(b.task_env(t), b.tensor_shapes[r.tensor])
+                raise UnwrittenReadError(
+                    f"task {b.task_name(t)} of task grid '{g.name}' reads "
+                    f"{r.tensor}[{format_key(key)}], part of which no task writes and no "
+                    f"input provides (at {b.env})")
 
 
-def _key(b, r, t: int, role: str):
-    return r.map.key(b.task_env(t), b.tensor_shapes[r.tensor],
-                     what=f"region of '{r.tensor}' {role} by task {b.task_name(t)}")
+def _region_elements(b, g, r, role: str):
+    rows = b.grid_tasks(g.name)
+    return r.map.ragged_elements(
+        b.grid_env(g.name), b.tensor_shapes[r.tensor], len(rows),
+        lambda i: f"region of '{r.tensor}' {role} by task {b.task_name(rows.start + i)}")

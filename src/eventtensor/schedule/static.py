@@ -24,38 +24,12 @@ import numpy as np
 
 from ..errors import ProgramError
 from ..ir import Program
-from ..lower import GUARDED, Tables, task_predecessors
-from ..maps import Index, IndexMap
+from ..lower import GUARDED, Tables, grid_graph, task_predecessors
 from ..sym import Expr
 from ..vec import compile_exprs
 from .cost import CostModel, grid_costs
 
 POLICIES = ("critical_path", "round_robin")
-
-
-def grid_graph(p: Program) -> list[set[int]]:
-    """Predecessor grids of each grid: P precedes C when P notifies an event C waits on
-    (elements fixed to different constants, as in stage barriers, do not connect)."""
-    gi = {g.name: i for i, g in enumerate(p.grids)}
-    preds: list[set[int]] = [set() for _ in p.grids]
-    notifies = [e for e in p.edges if e.kind == "notify"]
-    for w in p.edges:
-        if w.kind not in ("wait", "trigger"):
-            continue
-        for n in notifies:
-            if n.event == w.event and n.grid != w.grid and \
-                    (w.kind == "trigger" or _may_meet(n.map, w.map)):
-                preds[gi[w.grid]].add(gi[n.grid])
-    return preds
-
-
-def _may_meet(a: IndexMap, b: IndexMap) -> bool:
-    for da, db in zip(a.dims, b.dims):
-        if isinstance(da, Index) and isinstance(db, Index) and isinstance(da.value, Expr) \
-                and isinstance(db.value, Expr) and da.value.is_const and db.value.is_const \
-                and da.value.value != db.value.value:
-            return False
-    return True
 
 
 def _extent_product(extent: tuple[Expr, ...]) -> Expr:

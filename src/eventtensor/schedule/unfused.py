@@ -9,8 +9,9 @@ import numpy as np
 
 from .. import sym
 from ..ir import Edge, EventDecl, Program
+from ..lower import grid_graph
 from ..maps import Index, IndexMap
-from .static import _topo, grid_graph
+from .static import _topo
 
 BARRIER = "stage_barrier"
 
