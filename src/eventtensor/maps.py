@@ -178,11 +178,11 @@ class IndexMap:
                 out.append(slice(0, size))
             elif isinstance(d, Span):
                 lo, hi = _value_eval(d.start, env, tensors), _value_eval(d.stop, env, tensors)
-                if lo < 0 or hi > size or lo > hi:
+                if (lo < 0 or hi > size or lo > hi) and lo != hi:
                     raise IndexOutOfRangeError(
                         f"{what}: map '{self}' gives range {lo}:{hi} in dimension {axis} "
                         f"of size {size} at {_fmt_env(env)}")
-                out.append(slice(lo, hi))
+                out.append(slice(lo, hi) if lo != hi else slice(0, 0))
             else:
                 if isinstance(d.value, Load):
                     idx = d.value.values(env, tensors)
@@ -226,7 +226,7 @@ class IndexMap:
             los.append(lo)
             his.append(hi)
         for axis, (lo, hi, size) in enumerate(zip(los, his, shape)):
-            bad = np.flatnonzero((lo < 0) | (hi > size) | (lo > hi))
+            bad = np.flatnonzero(((lo < 0) | (hi > size) | (lo > hi)) & (lo != hi))
             if bad.size:
                 i = int(bad[0])
                 got = f"index {lo[i]}" if isinstance(self.dims[axis], Index) else \

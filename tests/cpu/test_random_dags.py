@@ -184,11 +184,8 @@ def test_wide_programs_in_other_modes():
         run_and_check(spec, tables, spec.n_hi, rng, launches=1)
 
 
-# ------------------------------------------------------------------ suspected bugs
+# ------------------------------------------------------------------ regressions
 
-@pytest.mark.xfail(strict=True, raises=IndexError, reason=(
-    "passes.validate.sample_bindings indexes choices[1] of a symbol whose range has one "
-    "value (lo == hi), raising IndexError"))
 def test_symbol_with_a_single_value():
     spec = generate(0, cfg=Config(n_hi=(1, 1)))
     tables = lower_random(spec.build(), spec, "static", 1, random.Random(0))
@@ -210,10 +207,6 @@ def _three_grids(order):
     return pb.build()
 
 
-@pytest.mark.xfail(strict=True, raises=(CycleError, MissingDependencyError), reason=(
-    "lower(mode='unfused') applies unfuse() before the pass pipeline: with derive_events the "
-    "stage order ignores the derived dependencies (declaration order), and derive_events "
-    "then treats the stage_barrier event as an existing connection, so it derives no event"))
 @pytest.mark.parametrize("order", [("c", "p"), ("a", "c", "p")])
 def test_unfused_derived_events_out_of_declaration_order(order):
     program = _three_grids(order)
@@ -225,8 +218,6 @@ def test_unfused_derived_events_out_of_declaration_order(order):
     np.testing.assert_array_equal(res.tensors["o"], a.sum(1, keepdims=True))
 
 
-@pytest.mark.xfail(strict=True, raises=(CycleError, MissingDependencyError), reason=(
-    "unfused lowering of derived events with grids declared out of stage order"))
 def test_unfused_random_derived_programs_out_of_declaration_order():
     for seed in range(20):
         spec = generate(seed, derive=True, shuffle=True)
@@ -235,11 +226,6 @@ def test_unfused_random_derived_programs_out_of_declaration_order():
         run_and_check(spec, lower_random(spec.build(), spec, "unfused", n, rng), n, rng, 1)
 
 
-@pytest.mark.xfail(strict=True, raises=IndexOutOfRangeError, reason=(
-    "derive_events maps a read column range to producer tiles as (lo - o)//s : "
-    "cdiv(hi - o, s) without intersecting it with the columns that producer writes, and "
-    "connects the reader to every writer of the tensor: a read of columns another grid "
-    "wrote gives a wait map out of the event's range"))
 @pytest.mark.parametrize("read", ["i, 2", "i, 1:3"])
 def test_derived_events_read_of_part_of_a_two_writer_tensor(read):
     pb = ProgramBuilder("two_writers", derive_events=True)
@@ -256,8 +242,6 @@ def test_derived_events_read_of_part_of_a_two_writer_tensor(read):
     np.testing.assert_array_equal(res.tensors["o"], width * a.sum(1, keepdims=True))
 
 
-@pytest.mark.xfail(strict=True, raises=IndexOutOfRangeError, reason=(
-    "derive_events: read ranges are not intersected with each producer's columns"))
 def test_random_derived_programs_unrestricted_reads():
     for seed in range(40):
         spec = generate(seed, derive=True, restrict=False, shuffle=False)

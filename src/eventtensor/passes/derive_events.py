@@ -16,11 +16,14 @@ the pass asks for an explicit edge, naming the grids and the tensor.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import sym
 from ..errors import ProgramError
 from ..ir import Edge, EventDecl, Program, Region, TaskGrid
 from ..maps import Full, Index, IndexMap, Span
 from ..sym import Expr
+from ..vec import compile_exprs
 
 
 def derive_events(p: Program) -> Program:
@@ -36,7 +39,10 @@ def derive_events(p: Program) -> Program:
                 w = next((x for x in prod.writes if x.tensor == r.tensor), None)
                 if w is None or prod.name == c.name or _connected(p, edges, prod.name, c.name):
                     continue
-                ev, notify, wait = _derive(p, prod, w, c, r)
+                derived = _derive(p, prod, w, c, r)
+                if derived is None:  # the regions never overlap
+                    continue
+                ev, notify, wait = derived
                 if ev.name not in names:
                     names.add(ev.name)
                     events.append(ev)
@@ -57,6 +63,8 @@ def _derive(p: Program, prod: TaskGrid, w: Region, cons: TaskGrid, r: Region):
     if w.map.is_data_dependent or r.map.is_data_dependent:
         raise ProgramError(f"{where}: a region is data dependent; declare the event and "
                            "its edges explicitly")
+    if _disjoint_constant_dims(w, r, prod.axes):
+        return None
     zero = {a: 0 for a in prod.axes}
     kept: list[tuple[str, Expr]] = []      # axis, wait index dim
     kept_dims: list = []
@@ -84,6 +92,14 @@ def _derive(p: Program, prod: TaskGrid, w: Region, cons: TaskGrid, r: Region):
         c_hi = c_lo + 1 if isinstance(rd, Index) else rd.stop  # type: ignore[union-attr]
         first = sym.simplify((c_lo - off) // s.value)
         last = sym.simplify(sym.cdiv(c_hi - off, s.value))
+        if _ever(p, cons, lambda v: v[0] < 0, [first]):  # clamp to the producer tiles
+            first = sym.simplify(sym.smax(first, 0))
+        if _ever(p, cons, lambda v: v[0] > v[1], [last, n]):
+            last = sym.simplify(sym.smin(last, n))
+        if not _ever(p, cons, lambda v: v[0] < v[1], [first, last]):
+            return None  # the consumer never reads what this producer writes
+        if _ever(p, cons, lambda v: v[0] > v[1], [first, last]):
+            last = sym.simplify(sym.smax(last, first))
         if first == sym.as_expr(0) and sym.simplify(last - n) == sym.as_expr(0):
             reduced.append(a)
             continue
@@ -97,6 +113,41 @@ def _derive(p: Program, prod: TaskGrid, w: Region, cons: TaskGrid, r: Region):
     ev = EventDecl(name, tuple(n for _, n in kept))
     notify = IndexMap(prod.axes, tuple(Index(prod.coord_syms()[a]) for a, _ in kept))
     return ev, notify, IndexMap(cons.axes, tuple(kept_dims))
+
+
+def _ever(p: Program, cons: TaskGrid, test, exprs: list[Expr]) -> bool:
+    """Whether `test` holds for some task of `cons` at some sampled binding."""
+    from .validate import sample_bindings
+    for env in sample_bindings(p):
+        ext = [int(d.eval(env)) for d in cons.extent]
+        if not all(ext):
+            continue
+        idx = np.indices(ext).reshape(len(ext), -1)
+        names = list(env) + list(cons.axes)
+        vals = compile_exprs(exprs, names)(*env.values(), *idx)
+        if np.any(test([np.asarray(v) for v in vals])):
+            return True
+    return False
+
+
+def _disjoint_constant_dims(w: Region, r: Region, axes) -> bool:
+    """True if, in some dimension that no producer axis indexes, the written and the read
+    ranges are constants that do not overlap."""
+    for wd, rd in zip(w.map.dims, r.map.dims):
+        if isinstance(wd, Full) or isinstance(rd, Full) or any(_uses(wd, a) for a in axes):
+            continue
+        ends = [_range(wd), _range(rd)]
+        if all(x.is_const for pair in ends for x in pair):
+            (wl, wh), (rl, rh) = [(a.value, b.value) for a, b in ends]
+            if wh <= rl or rh <= wl:
+                return True
+    return False
+
+
+def _range(d) -> tuple[Expr, Expr]:
+    if isinstance(d, Index):
+        return d.value, sym.simplify(d.value + 1)
+    return d.start, d.stop
 
 
 def _uses(d, axis: str) -> bool:

@@ -34,7 +34,8 @@ def sample_bindings(p: Program) -> list[dict[str, int]]:
     out = []
     for combo in itertools.product(*choices):
         out.append({s.name: v for s, v in zip(p.symbols, combo)})
-    corners = [b for b in out if all(v in (c[0], c[1]) for v, c in zip(b.values(), choices))]
+    ends = [(min(c), max(c)) for c in choices]
+    corners = [b for b in out if all(v in e for v, e in zip(b.values(), ends))]
     rest = [b for b in out if b not in corners]
     return (corners + rest)[:MAX_BINDINGS]
 

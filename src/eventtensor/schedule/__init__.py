@@ -67,8 +67,8 @@ def lower(program: Program, env: Mapping[str, int], mode: str = "static", num_sm
         choice = choose_mode(program, env, num_sms, inputs)
         mode, reason = choice.mode, choice.reason
         options = {**choice.options, **options}
-    if mode == "unfused":
-        program = unfuse(program)
+    if mode == "unfused":  # barriers after the derived events: stages follow the data
+        program = unfuse(run_pipeline(program))
     tables = schedule(build_tables(bind(run_pipeline(program), env)), mode, num_sms, **options)
     tables.reason = reason
     if check and mode != "dynamic":
