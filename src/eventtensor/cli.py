@@ -63,6 +63,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Simulate an example in each mode; write Perfetto JSON and PNG Gantt charts."""
+    from pathlib import Path
+
+    from .runner import example_options
+    from .schedule import lower
+    from .schedule.simulate import simulate, to_trace
+    from .trace import save_side_by_side
+    ex = EXAMPLES[args.example]
+    env = _parse_binding(args.binding) or dict(ex.bindings[-1])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    inputs = ex.make_inputs(env, 0)
+    traces = []
+    for mode in args.modes.split(","):
+        tables = lower(ex.build(), env, mode, args.sms, **example_options(ex, mode))
+        res = simulate(tables, inputs)
+        tr = to_trace(res, tables, f"{ex.name} {mode} {_fmt_env(env)}")
+        stem = out / f"{ex.name}_{mode}"
+        tr.save_json(f"{stem}.json")
+        tr.save_png(f"{stem}.png")
+        traces.append(tr)
+        print(f"{mode:8s} predicted makespan {tr.makespan_us:8.2f} us, busy {tr.busy_fraction():.0%}"
+              f"  -> {stem}.json, {stem}.png")
+    if len(traces) > 1:
+        both = out / f"{ex.name}_modes.png"
+        save_side_by_side(traces, both)
+        print(f"side by side: {both}")
+    return 0
+
+
+def _fmt_env(env: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in env.items())
+
+
 def cmd_print(args: argparse.Namespace) -> int:
     from .passes import run_pipeline
     from .printer import to_python
@@ -87,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--interleavings", type=int, default=8)
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(fn=cmd_run)
+    tr = sub.add_parser("trace", help="simulate an example; write Perfetto JSON and PNG charts")
+    tr.add_argument("example", choices=sorted(EXAMPLES))
+    tr.add_argument("--binding", help="symbol values, e.g. n=16 (default: the largest demo one)")
+    tr.add_argument("--modes", default="static,dynamic,unfused")
+    tr.add_argument("--sms", type=int, default=8)
+    tr.add_argument("--out", default="traces")
+    tr.set_defaults(fn=cmd_trace)
     pr = sub.add_parser("print", help="print an example program as Python")
     pr.add_argument("example", choices=sorted(EXAMPLES))
     pr.add_argument("--lowered", action="store_true", help="after the pass pipeline")

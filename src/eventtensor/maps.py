@@ -205,11 +205,11 @@ class IndexMap:
             return tuple(dims)
         return np.ix_(*[np.arange(d.start, d.stop) if isinstance(d, slice) else d for d in dims])
 
-    def ragged_elements(self, env: Mapping[str, object], shape: Sequence[int], n: int,
-                        name_task) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised `elements` for `n` tasks of an affine map: `env` binds the symbols to
-        ints and the coordinates to int arrays of length n. Returns (count per task, flat
-        element ids task after task). `name_task(i)` names task i in range errors."""
+    def boxes(self, env: Mapping[str, object], shape: Sequence[int], n: int,
+              name_task) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per-dimension [lo, hi) arrays of the boxes `n` tasks of an affine map select:
+        `env` binds the symbols to ints and the coordinates to int arrays of length n.
+        `name_task(i)` names task i in range errors."""
         from .vec import compile_exprs
         los, his = [], []
         for d, size in zip(self.dims, shape):
@@ -234,6 +234,13 @@ class IndexMap:
                 binding = {k: v for k, v in env.items() if isinstance(v, int)}
                 raise IndexOutOfRangeError(f"{name_task(i)}: map '{self}' gives {got} in "
                                            f"dimension {axis} of size {size} at {binding}")
+        return los, his
+
+    def ragged_elements(self, env: Mapping[str, object], shape: Sequence[int], n: int,
+                        name_task) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised `elements` over the `boxes`: (count per task, flat element ids task
+        after task)."""
+        los, his = self.boxes(env, shape, n, name_task)
         if not self.dims:
             return np.ones(n, np.int64), np.zeros(n, np.int64)
         sizes = [hi - lo for lo, hi in zip(los, his)]

@@ -12,7 +12,7 @@ from random_programs import Config, Spec, generate, generate_wide, reference
 
 from eventtensor import ProgramBuilder, lower
 from eventtensor.backends.cpu import run
-from eventtensor.errors import CycleError, IndexOutOfRangeError, MissingDependencyError
+from eventtensor.errors import MissingDependencyError
 from eventtensor.ir import Program
 
 MODES = ("static", "dynamic", "hybrid", "unfused")

@@ -101,25 +101,37 @@ def _is_waited(tables, x: int) -> bool:
 
 
 def _check_coverage(b) -> None:
+    """Every element a task reads is written by some task (or is an input): writes mark a
+    mask; each read box is checked against the mask's N-d prefix sums (no per-element work)."""
     p = b.program
-    written: dict[str, np.ndarray] = {}
+    diffs: dict[str, np.ndarray] = {}   # N-d difference arrays of the write boxes
     opaque: set[str] = set()
     for g in p.grids:
         for r in g.writes:
             if r.map.is_data_dependent:
                 opaque.add(r.tensor)
                 continue
-            mask = written.setdefault(r.tensor, np.zeros(b.tensor_shapes[r.tensor], bool))
-            mask.reshape(-1)[_region_elements(b, g, r, "writes")[1]] = True
+            shape = b.tensor_shapes[r.tensor]
+            d = diffs.setdefault(r.tensor, np.zeros(tuple(x + 1 for x in shape), np.int64))
+            los, his = _region(b, g, r, "writes")
+            flip = -1 if len(los) % 2 else 1  # difference arrays sign by hi corners
+            for idx, sign in _corners(los, his):
+                np.add.at(d, idx, sign * flip)
+    sums = {}
+    for t, d in diffs.items():
+        for axis in range(d.ndim):
+            np.cumsum(d, axis=axis, out=d)
+        sums[t] = _prefix_sums(d[tuple(slice(0, -1) for _ in range(d.ndim))] > 0)
     for g in p.grids:
         for r in g.reads:
             if p.tensor(r.tensor).role == "input" or r.tensor in opaque or \
                     r.map.is_data_dependent:
                 continue
-            counts, flat = _region_elements(b, g, r, "reads")
-            missing = ~written[r.tensor].reshape(-1)[flat]
-            if missing.any():
-                t = b.task_base[g.name] + int(np.repeat(np.arange(counts.size), counts)[missing][0])
+            los, his = _region(b, g, r, "reads")
+            volume = np.prod([h - lo for lo, h in zip(los, his)], axis=0) if los else 1
+            missing = np.flatnonzero(_box_sums(sums[r.tensor], los, his) != volume)
+            if missing.size:
+                t = b.task_base[g.name] + int(missing[0])
                 key = r.map.key(b.task_env(t), b.tensor_shapes[r.tensor])
                 raise UnwrittenReadError(
                     f"task {b.task_name(t)} of task grid '{g.name}' reads "
@@ -127,8 +139,35 @@ def _check_coverage(b) -> None:
                     f"input provides (at {b.env})")
 
 
-def _region_elements(b, g, r, role: str):
+def _region(b, g, r, role: str):
     rows = b.grid_tasks(g.name)
-    return r.map.ragged_elements(
-        b.grid_env(g.name), b.tensor_shapes[r.tensor], len(rows),
-        lambda i: f"region of '{r.tensor}' {role} by task {b.task_name(rows.start + i)}")
+    return r.map.boxes(b.grid_env(g.name), b.tensor_shapes[r.tensor], len(rows),
+                       lambda i: f"region of '{r.tensor}' {role} by task "
+                                 f"{b.task_name(rows.start + i)}")
+
+
+def _corners(los: list[np.ndarray], his: list[np.ndarray]):
+    """(index, sign) of the 2^D corners of boxes [los, his); sign = (-1)^(number of low
+    corners), as box sums over prefix sums need."""
+    for corner in range(1 << len(los)):
+        idx = tuple(his[d] if corner >> d & 1 else los[d] for d in range(len(los)))
+        yield idx, (-1 if (len(los) - bin(corner).count("1")) % 2 else 1)
+
+
+def _prefix_sums(mask: np.ndarray) -> np.ndarray:
+    """S with S[i0, i1, ...] = number of set elements in mask[:i0, :i1, ...]."""
+    s = np.zeros(tuple(d + 1 for d in mask.shape), np.int64)
+    s[tuple(slice(1, None) for _ in mask.shape)] = mask
+    for axis in range(mask.ndim):
+        np.cumsum(s, axis=axis, out=s)
+    return s
+
+
+def _box_sums(s: np.ndarray, los: list[np.ndarray], his: list[np.ndarray]) -> np.ndarray:
+    """Set elements in each box [los, his), from the prefix sums `s`."""
+    if not los:
+        return np.asarray(s.reshape(-1)[-1])
+    total = np.zeros(len(los[0]), np.int64)
+    for idx, sign in _corners(los, his):
+        total += sign * s[idx]
+    return total

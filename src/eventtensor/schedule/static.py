@@ -66,29 +66,49 @@ class StaticTemplate:
         else:
             prio = _longest_path(preds, task_us * np.ceil(ref_counts / num_sms))
         self.order = np.array([i for i in _topo(preds, prio) if names[i] in chosen], np.int64)
-        self.ref_counts = ref_counts
-        self.assign_off = np.zeros(len(names), np.int64)
-        self.assign = np.zeros(0, np.int64)
+        self.reference = ref
+        self.rank = max((len(g.axes) for g in program.grids), default=0)
+        dims = [d for g in program.grids for d in g.extent]
+        self._ext_pos = np.array([gi * self.rank + k for gi, g in enumerate(program.grids)
+                                  for k in range(len(g.axes))], np.int64)
+        self._extents = compile_exprs(dims, self.sym_names)
+        self.ref_ext = self._grid_extents(ref)
         if policy == "critical_path":
             self._place(ref_counts, task_us)
         self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
     def _place(self, counts: np.ndarray, task_us: np.ndarray) -> None:
         """Greedy list placement at the reference binding: each task, in global order, on the
-        SM with the least accumulated time (ties: lowest SM)."""
+        SM with the least accumulated time (ties: lowest SM). Stores the reference queues as
+        entries (grid, coordinates) sorted by SM, in order."""
         heap = [(0.0, s) for s in range(self.num_sms)]
-        parts = []
-        off = 0
+        grids, coords, sms = [], [], []
         for g in self.order:
             out = np.empty(int(counts[g]), np.int64)
             for j in range(out.size):
                 load, s = heapq.heappop(heap)
                 out[j] = s
                 heapq.heappush(heap, (load + task_us[g], s))
-            self.assign_off[g] = off
-            off += out.size
-            parts.append(out)
-        self.assign = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            ext = self.ref_ext[g][:len(self.program.grids[g].axes)]
+            c = np.indices(ext).reshape(len(ext), -1).T if len(ext) else \
+                np.zeros((1, 0), np.int64)
+            coords.append(np.pad(c, ((0, 0), (0, self.rank - c.shape[1]))))
+            grids.append(np.full(out.size, g, np.int64))
+            sms.append(out)
+        cat = (lambda xs, w: np.concatenate(xs) if xs else np.zeros(w, np.int64))
+        sm = cat(sms, 0)
+        order = np.argsort(sm, kind="stable")
+        self.entry_sm = sm[order]
+        self.entry_grid = cat(grids, 0)[order]
+        self.entry_coords = list(cat(coords, (0, self.rank))[order].T.copy())
+
+    def _grid_extents(self, env: Mapping[str, int]) -> np.ndarray:
+        """int64[G, max rank]: each grid's extents, padded with 1."""
+        out = np.ones((len(self.program.grids), self.rank), np.int64)
+        if self._ext_pos.size:
+            vals = self._extents(*(env[n] for n in self.sym_names))
+            out.reshape(-1)[self._ext_pos] = np.asarray(vals, np.int64).reshape(-1)
+        return out
 
     def _grid_counts(self, env: Mapping[str, int]) -> np.ndarray:
         vals = self._counts(*(env[n] for n in self.sym_names))
@@ -99,27 +119,46 @@ class StaticTemplate:
         ids as `lower.bind` numbers them; cached per binding."""
         key = tuple(int(env[n]) for n in self.sym_names)
         hit = self._cache.get(key)
-        if hit is not None:
-            return hit
+        if hit is None:
+            hit = self._round_robin(env) if self.policy == "round_robin" else self._filter(env)
+            self._cache[key] = hit
+        return hit
+
+    def _round_robin(self, env: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
         counts = self._grid_counts(env)
         base = np.concatenate(([0], np.cumsum(counts)[:-1]))
         n = counts[self.order]
         total = int(n.sum())
         grid_of = np.repeat(self.order, n)
         j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-        if self.policy == "round_robin":
-            sm = np.arange(total) % self.num_sms
-        else:  # the reference placement; tasks beyond the reference extent go round robin
-            inside = j < self.ref_counts[grid_of]
-            at = np.where(inside, self.assign_off[grid_of] + j, 0)
-            sm = np.where(inside, self.assign[at] if self.assign.size else 0,
-                          j % self.num_sms)
+        sm = np.arange(total) % self.num_sms
         idx = np.argsort(sm, kind="stable")
         ptr = np.zeros(self.num_sms + 1, np.int64)
         ptr[1:] = np.cumsum(np.bincount(sm, minlength=self.num_sms))
-        out = (ptr, (base[grid_of] + j)[idx])
-        self._cache[key] = out
-        return out
+        return ptr, (base[grid_of] + j)[idx]
+
+    def _filter(self, env: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """The reference queues restricted to the tasks that exist at `env`, renumbered: a
+        few array operations over the reference entries, no sorting."""
+        ext = self._grid_extents(env)
+        if np.any(ext > self.ref_ext):
+            g = self.program.grids[int(np.flatnonzero((ext > self.ref_ext).any(1))[0])].name
+            raise ValueError(f"binding {dict(env)} makes task grid '{g}' larger than at the "
+                             f"template's reference binding {self.reference}")
+        counts = ext.prod(axis=1)
+        base = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        g = self.entry_grid
+        ids = base[g]
+        local = np.zeros(g.size, np.int64)
+        valid = np.ones(g.size, bool)
+        for k, c in enumerate(self.entry_coords):  # row-major, Horner's rule per dimension
+            e = ext[:, k][g]
+            valid &= c < e
+            local = local * e + c
+        ids = ids + local
+        ptr = np.zeros(self.num_sms + 1, np.int64)
+        ptr[1:] = np.cumsum(np.bincount(self.entry_sm[valid], minlength=self.num_sms))
+        return ptr, ids[valid]
 
 
 def _longest_path(preds: list[set[int]], weight: np.ndarray) -> np.ndarray:
