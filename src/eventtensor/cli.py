@@ -85,8 +85,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         tr.save_json(f"{stem}.json")
         tr.save_png(f"{stem}.png")
         traces.append(tr)
-        print(f"{mode:8s} predicted makespan {tr.makespan_us:8.2f} us, busy {tr.busy_fraction():.0%}"
-              f"  -> {stem}.json, {stem}.png")
+        print(f"{mode:8s} predicted makespan {tr.makespan_us:8.2f} us, "
+              f"busy {tr.busy_fraction():.0%}  -> {stem}.json, {stem}.png")
     if len(traces) > 1:
         both = out / f"{ex.name}_modes.png"
         save_side_by_side(traces, both)

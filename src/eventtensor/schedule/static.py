@@ -95,12 +95,11 @@ class StaticTemplate:
             coords.append(np.pad(c, ((0, 0), (0, self.rank - c.shape[1]))))
             grids.append(np.full(out.size, g, np.int64))
             sms.append(out)
-        cat = (lambda xs, w: np.concatenate(xs) if xs else np.zeros(w, np.int64))
-        sm = cat(sms, 0)
+        sm = _cat(sms, 0)
         order = np.argsort(sm, kind="stable")
         self.entry_sm = sm[order]
-        self.entry_grid = cat(grids, 0)[order]
-        self.entry_coords = list(cat(coords, (0, self.rank))[order].T.copy())
+        self.entry_grid = _cat(grids, 0)[order]
+        self.entry_coords = list(_cat(coords, (0, self.rank))[order].T.copy())
 
     def _grid_extents(self, env: Mapping[str, int]) -> np.ndarray:
         """int64[G, max rank]: each grid's extents, padded with 1."""
@@ -159,6 +158,10 @@ class StaticTemplate:
         ptr = np.zeros(self.num_sms + 1, np.int64)
         ptr[1:] = np.cumsum(np.bincount(self.entry_sm[valid], minlength=self.num_sms))
         return ptr, ids[valid]
+
+
+def _cat(parts: list[np.ndarray], empty) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(empty, np.int64)
 
 
 def _longest_path(preds: list[set[int]], weight: np.ndarray) -> np.ndarray:
