@@ -254,3 +254,39 @@ def test_simulation_without_inputs_refuses_data_dependent_programs():
     t = tables_of("toy_moe", {"T": 8}, "static")
     with pytest.raises(ValueError, match="data-dependent edges: simulate it with inputs"):
         simulate(t)
+
+
+def test_decode_shaped_template_for_every_batch():
+    """One template serves every batch size: queues cover each task once and are provably
+    deadlock free; derived events give closed-form wait counts."""
+    from eventtensor.examples.decode_shaped import build as build_decode
+    p = run_pipeline(build_decode(layers=2, max_batch=40))
+    assert all(e.wait_count is not None for e in p.events)
+    tmpl = StaticTemplate(p, 132)
+    assert len(tmpl.layouts) == 7  # buckets 1, 2, 4, 8, 16, 32, 40
+    for B in (1, 3, 16, 17, 40):
+        t = schedule(build_tables(bind(p, {"B": B})), "static", 132, template=tmpl)
+        assert sorted(t.queue_task.tolist()) == list(range(t.bound.num_tasks))
+        check_static(t)
+        assert simulate(t).makespan > 0
+
+
+def test_template_refuses_bindings_beyond_its_reference():
+    p = run_pipeline(EXAMPLES["symbolic_batch"].build())
+    tmpl = StaticTemplate(p, 8, reference={"B": 16})
+    with pytest.raises(ValueError, match="larger than at the template's reference binding"):
+        tmpl.instantiate({"B": 17})
+
+
+def test_trace_command_writes_json_and_png(tmp_path):
+    import json
+
+    from eventtensor.cli import main
+    from eventtensor.trace import Trace
+    assert main(["trace", "splitk_rowsum", "--binding", "n=4", "--out", str(tmp_path)]) == 0
+    for mode in ("static", "dynamic", "unfused"):
+        data = json.loads((tmp_path / f"splitk_rowsum_{mode}.json").read_text())
+        tr = Trace.from_chrome(data)
+        assert len(tr.spans) == 20 and tr.source == "simulated"
+        assert (tmp_path / f"splitk_rowsum_{mode}.png").stat().st_size > 5000
+    assert (tmp_path / "splitk_rowsum_modes.png").exists()

@@ -73,23 +73,37 @@ class StaticTemplate:
                                   for k in range(len(g.axes))], np.int64)
         self._extents = compile_exprs(dims, self.sym_names)
         self.ref_ext = self._grid_extents(ref)
+        self.layouts: list[tuple[np.ndarray, tuple]] = []  # (extents, entries) small first
         if policy == "critical_path":
-            self._place(ref_counts, task_us)
+            for r in ([ref] if reference else _buckets(program, ref)):
+                costs = grid_costs(program, r)
+                us = np.array([cm.task_us(costs[n], num_sms) for n in names])
+                self.layouts.append((self._grid_extents(r),
+                                     self._place(self._grid_counts(r), us, preds, cm.hop_us,
+                                                 self._grid_extents(r))))
         self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
-    def _place(self, counts: np.ndarray, task_us: np.ndarray) -> None:
-        """Greedy list placement at the reference binding: each task, in global order, on the
-        SM with the least accumulated time (ties: lowest SM). Stores the reference queues as
-        entries (grid, coordinates) sorted by SM, in order."""
+    def _place(self, counts: np.ndarray, task_us: np.ndarray, preds: list[set[int]],
+               hop_us: float, ext_all: np.ndarray) -> tuple:
+        """List placement at one reference binding: tasks in global order, each on the SM
+        that frees up first; a grid's tasks start no earlier than its predecessor grids end
+        (plus a dependent hop). Returns the queues as entries (SM, grid, coordinates) sorted by
+        SM, in order."""
         heap = [(0.0, s) for s in range(self.num_sms)]
+        grid_end = np.zeros(len(counts))
         grids, coords, sms = [], [], []
         for g in self.order:
+            ready = max((grid_end[p] + hop_us for p in preds[g]), default=0.0)
             out = np.empty(int(counts[g]), np.int64)
+            end = ready
             for j in range(out.size):
-                load, s = heapq.heappop(heap)
+                free, s = heapq.heappop(heap)
+                finish = max(free, ready) + task_us[g]
                 out[j] = s
-                heapq.heappush(heap, (load + task_us[g], s))
-            ext = self.ref_ext[g][:len(self.program.grids[g].axes)]
+                end = max(end, finish)
+                heapq.heappush(heap, (finish, s))
+            grid_end[g] = end
+            ext = ext_all[g][:len(self.program.grids[g].axes)]
             c = np.indices(ext).reshape(len(ext), -1).T if len(ext) else \
                 np.zeros((1, 0), np.int64)
             coords.append(np.pad(c, ((0, 0), (0, self.rank - c.shape[1]))))
@@ -97,9 +111,7 @@ class StaticTemplate:
             sms.append(out)
         sm = _cat(sms, 0)
         order = np.argsort(sm, kind="stable")
-        self.entry_sm = sm[order]
-        self.entry_grid = _cat(grids, 0)[order]
-        self.entry_coords = list(_cat(coords, (0, self.rank))[order].T.copy())
+        return sm[order], _cat(grids, 0)[order], list(_cat(coords, (0, self.rank))[order].T.copy())
 
     def _grid_extents(self, env: Mapping[str, int]) -> np.ndarray:
         """int64[G, max rank]: each grid's extents, padded with 1."""
@@ -146,18 +158,31 @@ class StaticTemplate:
                              f"template's reference binding {self.reference}")
         counts = ext.prod(axis=1)
         base = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        g = self.entry_grid
+        entry_sm, g, entry_coords = next((e for x, e in self.layouts if np.all(ext <= x)),
+                                         self.layouts[-1][1])
         ids = base[g]
         local = np.zeros(g.size, np.int64)
         valid = np.ones(g.size, bool)
-        for k, c in enumerate(self.entry_coords):  # row-major, Horner's rule per dimension
+        for k, c in enumerate(entry_coords):  # row-major, Horner's rule per dimension
             e = ext[:, k][g]
             valid &= c < e
             local = local * e + c
         ids = ids + local
         ptr = np.zeros(self.num_sms + 1, np.int64)
-        ptr[1:] = np.cumsum(np.bincount(self.entry_sm[valid], minlength=self.num_sms))
+        ptr[1:] = np.cumsum(np.bincount(entry_sm[valid], minlength=self.num_sms))
         return ptr, ids[valid]
+
+
+def _buckets(p: Program, top: Mapping[str, int]) -> list[dict[str, int]]:
+    """Reference bindings: powers of two up to the maximum for a program of one symbol (each
+    binding reuses the smallest bucket that covers it), else just the maxima."""
+    if len(p.symbols) != 1:
+        return [dict(top)]
+    s = p.symbols[0]
+    lo, hi = s.lo or 0, top[s.name]
+    vals = sorted({v for v in (1 << k for k in range(hi.bit_length() + 1)) if lo <= v < hi}
+                  | {hi})
+    return [{s.name: v} for v in vals]
 
 
 def _cat(parts: list[np.ndarray], empty) -> np.ndarray:
