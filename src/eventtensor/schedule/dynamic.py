@@ -22,11 +22,13 @@ def dynamic_tables(tables: Tables, early_push: bool) -> None:
     """Fill ready, pending, push lists, early flags and queue capacity (in place)."""
     b, p = tables.bound, tables.program
     dyn_task = tables.grid_mode[b.task_grid] == 1
-    pending = np.where(dyn_task, np.diff(tables.wait_ptr), 0).astype(np.int64)
+    pending = np.zeros(b.num_tasks, np.int64)
     pushes: list[list[int]] = [[] for _ in range(b.num_elements)]
-    for t in np.flatnonzero(dyn_task):
+    for t in np.flatnonzero(dyn_task):  # elements with a static count of 0 start complete
         for x in tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]]:
-            pushes[int(x)].append(int(t))
+            if tables.target[x] != 0:
+                pushes[int(x)].append(int(t))
+                pending[t] += 1
     for gi, eis in tables.dyn_edges.items():
         if tables.grid_mode[gi] != 1:
             continue

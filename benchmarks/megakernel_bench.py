@@ -1,0 +1,162 @@
+"""Megakernel microbenchmarks on the GPU, side by side in one process.
+
+1. Dependent hop: a chain of N tasks, task i waiting on the event task i-1 notifies, dealt
+   round robin so every hop crosses SMs: time per hop.
+2. Dispatch cost per task: K independent tiny tasks, static and dynamic queues.
+3. The split-K and symbolic-batch examples: megakernel (static, dynamic, early push on/off)
+   against the same work as one kernel launch per stage (torch), plain and CUDA-graph captured.
+Times: CUDA events after warm-up, median of --iters runs.
+
+    PYTHONPATH=src python3 benchmarks/megakernel_bench.py --out $OUT
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eventtensor.backends.cuda.runtime import Megakernel
+from eventtensor.examples import EXAMPLES
+from eventtensor.frontend import ProgramBuilder
+
+
+def timed(fn, iters: int, warmup: int = 20) -> float:
+    """Median milliseconds of fn() over `iters` runs (CUDA events)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return float(np.median(times))
+
+
+def chain(n: int):
+    pb = ProgramBuilder(f"chain{n}")
+    pb.input("A", (n + 1, 1))
+    pb.temp("T", (n + 1, 1))
+    pb.output("o", (1, 1))
+    pb.event("E", (n + 1,))
+    pb.grid("start", "row_sum", "i", (1,), reads={"A": "0, :"}, writes={"T": "0, :"},
+            notify={"E": "i->0"})
+    pb.grid("link", "row_sum", "i", (n,), reads={"A": "i + 1, :"}, writes={"T": "i + 1, :"},
+            wait={"E": "i->i"}, notify={"E": "i->i + 1"})
+    pb.grid("end", "row_sum", "i", (1,), reads={"T": f"{n}, :"}, writes={"o": "0, :"},
+            wait={"E": f"i->{n}"})
+    return pb.build()
+
+
+def independent(k: int):
+    pb = ProgramBuilder(f"independent{k}")
+    pb.input("A", (k, 1))
+    pb.output("o", (k, 1))
+    pb.grid("t", "row_sum", "i", (k,), reads={"A": "i, :"}, writes={"o": "i, :"})
+    return pb.build()
+
+
+def bench_hop(n: int, iters: int) -> dict:
+    mk = Megakernel(chain(n), "static", policy="round_robin")
+    x = {"A": torch.rand(n + 1, 1, device="cuda")}
+    mk.sync(mk.launch({}, x))
+    ms = timed(lambda: mk.launch({}, x), iters, 3)
+    return {"tasks": n, "ms": ms, "us_per_hop": ms * 1e3 / n}
+
+
+def bench_dispatch(k: int, iters: int) -> dict:
+    out = {}
+    for mode in ("static", "dynamic"):
+        mk = Megakernel(independent(k), mode)
+        x = {"A": torch.rand(k, 1, device="cuda")}
+        mk.sync(mk.launch({}, x))
+        ms = timed(lambda: mk.launch({}, x), iters, 5)
+        out[mode] = {"tasks": k, "ms": ms, "us_per_task_per_sm": ms * 1e3 / (k / mk.num_sms)}
+    return out
+
+
+def stage_fns(name: str, env: dict, inputs: dict):
+    """The example's stages as torch kernels (one launch or more per stage)."""
+    if name == "splitk_rowsum":
+        n = env["n"]
+        a = inputs["A"]
+        part = torch.empty(32 * n, 4, device="cuda")
+        out = torch.empty(32 * n, 1, device="cuda")
+
+        def run():
+            torch.sum(a.view(32 * n, 4, 32), dim=2, out=part)
+            torch.sum(part, dim=1, keepdim=True, out=out)
+        return run
+    x, w1, w2 = inputs["X"], inputs["W1"], inputs["W2"]
+    xs = x.view(x.shape[0], 4, 16).transpose(0, 1)
+    w1s = w1.view(4, 16, 48)
+    p1 = torch.empty(4, x.shape[0], 48, device="cuda")
+    y1 = torch.empty(x.shape[0], 48, device="cuda")
+    p2 = torch.empty(2, x.shape[0], 32, device="cuda")
+    y2 = torch.empty(x.shape[0], 32, device="cuda")
+    w2s = w2.view(2, 24, 32)
+
+    def run():
+        torch.bmm(xs, w1s, out=p1)
+        torch.sum(p1, dim=0, out=y1)
+        torch.bmm(y1.view(-1, 2, 24).transpose(0, 1), w2s, out=p2)
+        torch.sum(p2, dim=0, out=y2)
+    return run
+
+
+def bench_examples(iters: int) -> list[dict]:
+    rows = []
+    for name, env in (("splitk_rowsum", {"n": 256}), ("symbolic_batch", {"B": 64}),
+                      ("symbolic_batch", {"B": 1})):
+        ex = EXAMPLES[name]
+        inputs = {k: torch.as_tensor(v, device="cuda") for k, v in ex.make_inputs(env, 0).items()}
+        row = {"example": name, "binding": env}
+        stages = stage_fns(name, env, inputs)
+        row["torch_per_stage_ms"] = timed(stages, iters)
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            stages()
+            with torch.cuda.graph(g):
+                stages()
+        row["cuda_graph_ms"] = timed(g.replay, iters)
+        for mode, opts in (("static", {}), ("dynamic", {}),
+                           ("dynamic_late_push", {"early_push": False}), ("unfused", {})):
+            mk = Megakernel(ex.build(), mode.split("_")[0], **opts)
+            mk.sync(mk.launch(env, inputs))
+            row[f"megakernel_{mode}_ms"] = timed(lambda: mk.launch(env, inputs), iters)
+        rows.append(row)
+        print(json.dumps(row))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--iters", type=int, default=200)
+    args = ap.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    res = {"date": str(date.today()), "commit": commit, "gpu": torch.cuda.get_device_name(0),
+           "command": "PYTHONPATH=src python3 benchmarks/megakernel_bench.py --out $OUT"}
+    res["hop"] = bench_hop(20000, 10)
+    print("hop", res["hop"])
+    res["dispatch"] = bench_dispatch(132 * 200, 20)
+    print("dispatch", res["dispatch"])
+    res["examples"] = bench_examples(args.iters)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "megakernel_bench.json").write_text(json.dumps(res, indent=1))
+    print(f"wrote {out / 'megakernel_bench.json'}")
+
+
+if __name__ == "__main__":
+    main()

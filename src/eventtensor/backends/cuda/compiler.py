@@ -1,0 +1,105 @@
+"""Compile generated megakernels with NVRTC (through cuda-python) for sm_90a.
+
+Cubins are cached on disk, keyed by a hash of the source, the options, the architecture and
+the package version; writes are atomic (temporary file, then rename) under a file lock. With
+EVENTTENSOR_DUMP=<folder>, every compile writes the .cu source, the PTX and the cubin there.
+NVRTC needs no GPU, so CI compiles every generated kernel.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ... import __version__
+
+INCLUDE = Path(__file__).parent / "include"
+ARCH = "sm_90a"
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected a generated kernel; the message holds its log."""
+
+
+@dataclass(frozen=True)
+class Compiled:
+    name: str          # kernel entry point
+    cubin: bytes
+    seconds: float     # compile time (0 when served from the cache)
+    cached: bool
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("EVENTTENSOR_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "eventtensor")
+    return Path(root)
+
+
+def _options(arch: str) -> list[bytes]:
+    return [f"--gpu-architecture={arch}".encode(), f"-I{INCLUDE}".encode(), b"-std=c++17",
+            b"--use_fast_math", b"-default-device", b"-lineinfo"]
+
+
+def compile_source(source: str, name: str, arch: str = ARCH) -> Compiled:
+    """Cubin for `source` (entry `name`), from the cache or NVRTC."""
+    headers = "".join(p.read_text() for p in sorted(INCLUDE.rglob("*.cuh")))
+    opts = _options(arch)
+    key = hashlib.sha256("\0".join([source, headers, *map(bytes.decode, opts), arch,
+                                    __version__]).encode()).hexdigest()[:32]
+    path = cache_dir() / f"{name}-{arch}-{key}.cubin"
+    if path.exists():
+        return Compiled(name, path.read_bytes(), 0.0, True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return Compiled(name, path.read_bytes(), 0.0, True)
+        t0 = time.perf_counter()
+        cubin, ptx = _nvrtc(source, name, opts)
+        seconds = time.perf_counter() - t0
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(cubin)
+        os.replace(tmp, path)
+    dump = os.environ.get("EVENTTENSOR_DUMP")
+    if dump:
+        d = Path(dump)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{name}.cu").write_text(source)
+        (d / f"{name}.ptx").write_bytes(ptx)
+        (d / f"{name}.cubin").write_bytes(cubin)
+    return Compiled(name, cubin, seconds, False)
+
+
+def _nvrtc(source: str, name: str, opts: list[bytes]) -> tuple[bytes, bytes]:
+    from cuda.bindings import nvrtc
+
+    def check(res, what):
+        err = res[0] if isinstance(res, tuple) else res
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC {what} failed for kernel {name}: {err}")
+        return res[1:] if isinstance(res, tuple) else None
+
+    (prog,) = check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
+                    "create")
+    try:
+        res = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        (size,) = check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
+        log = b" " * size
+        check(nvrtc.nvrtcGetProgramLog(prog, log), "log")
+        if res[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC could not compile kernel {name}:\n"
+                               f"{log.decode(errors='replace')}")
+        (n,) = check(nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
+        cubin = b" " * n
+        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "cubin")
+        (n,) = check(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
+        ptx = b" " * n
+        check(nvrtc.nvrtcGetPTX(prog, ptx), "ptx")
+        return cubin, ptx
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)

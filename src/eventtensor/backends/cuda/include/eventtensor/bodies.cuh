@@ -1,0 +1,79 @@
+// Tile bodies of the task kinds, run by a whole CTA. A tile is a strided view of a tensor
+// region (rank <= 4); each body matches its numpy reference in eventtensor/ops (fp32
+// accumulation).
+#pragma once
+
+struct EtTile {
+    float* p;
+    int rank;
+    long long n[4];   // extent per dimension
+    long long s[4];   // stride per dimension, in elements
+};
+
+// Row-major tensor `base` of shape `shape` (rank r), region starting at `lo` with extents `n`.
+__device__ __forceinline__ EtTile et_tile(float* base, int r, const long long* shape,
+                                          const long long* lo, const long long* n) {
+    EtTile t;
+    t.rank = r;
+    long long stride = 1, off = 0;
+    for (int d = r - 1; d >= 0; --d) {
+        t.n[d] = n[d];
+        t.s[d] = stride;
+        off += lo[d] * stride;
+        stride *= shape[d];
+    }
+    t.p = base + off;
+    return t;
+}
+
+// Element `i` of the tile flattened over its first `dims` dimensions, at offset `last` in
+// the dimension after them.
+__device__ __forceinline__ float* et_at(const EtTile& t, long long i, int dims, long long last) {
+    long long off = 0;
+    for (int d = dims - 1; d >= 0; --d) {
+        off += (i % t.n[d]) * t.s[d];
+        i /= t.n[d];
+    }
+    return t.p + off + (dims < t.rank ? last * t.s[dims] : 0);
+}
+
+__device__ __forceinline__ long long et_count(const EtTile& t, int dims) {
+    long long c = 1;
+    for (int d = 0; d < dims; ++d) c *= t.n[d];
+    return c;
+}
+
+// row_sum: out[..., 0] = sum over the last axis of x[..., :]
+__device__ void et_body_row_sum(const EtTile& x, const EtTile& out) {
+    long long rows = et_count(x, x.rank - 1), k = x.n[x.rank - 1];
+    for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
+        float acc = 0.f;
+        for (long long j = 0; j < k; ++j) acc += *et_at(x, r, x.rank - 1, j);
+        *et_at(out, r, out.rank - 1, 0) = acc;
+    }
+}
+
+// sum_partials: out[...] = sum over the first axis of p[s, ...]
+__device__ void et_body_sum_partials(const EtTile& p, const EtTile& out) {
+    long long cells = et_count(out, out.rank);
+    EtTile inner = p;  // p without its first axis
+    for (int d = 0; d + 1 < p.rank; ++d) { inner.n[d] = p.n[d + 1]; inner.s[d] = p.s[d + 1]; }
+    inner.rank = p.rank - 1;
+    for (long long e = threadIdx.x; e < cells; e += blockDim.x) {
+        float acc = 0.f;
+        for (long long s = 0; s < p.n[0]; ++s) acc += *(et_at(inner, e, inner.rank, 0) + s * p.s[0]);
+        *et_at(out, e, out.rank, 0) = acc;
+    }
+}
+
+// gemm_partial: out[0, r, c] = sum_k x[r, k] * w[k, c]
+__device__ void et_body_gemm_partial(const EtTile& x, const EtTile& w, const EtTile& out) {
+    long long rows = x.n[0], k = x.n[1], cols = w.n[1];
+    for (long long e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+        long long r = e / cols, c = e % cols;
+        float acc = 0.f;
+        for (long long j = 0; j < k; ++j)
+            acc += x.p[r * x.s[0] + j * x.s[1]] * w.p[j * w.s[0] + c * w.s[1]];
+        out.p[r * out.s[out.rank - 2] + c * out.s[out.rank - 1]] = acc;
+    }
+}

@@ -1,0 +1,227 @@
+// eventtensor device runtime: event wait / notify, static queue walker, dynamic queue with
+// early push, watchdog, profiling and on-device counter re-initialisation.
+//
+// The generated kernel defines ET_* table accessors (see codegen.py) and `et_run_task`, then
+// includes this header. One CTA per SM; thread 0 drives synchronisation, all threads run
+// tile bodies. Semantics match eventtensor.backends.cpu (the executable specification).
+#pragma once
+
+typedef unsigned long long u64;
+
+// ------------------------------------------------------------------ error record
+// err[0]: flag (0 ok, 1 watchdog), err[1]: task, err[2]: element, err[3]: counter value,
+// err[4]: wait count, err[5]: SM (CTA), err[6]: kind (1 wait, 2 queue pop)
+#define ET_ERR_WATCHDOG 1
+
+__device__ __forceinline__ u64 et_ld_acquire(const u64* p) {
+    u64 v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ int et_ld_acquire_int(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void et_red_release_add(u64* p, u64 v) {
+    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void et_st_release_int(int* p, int v) {
+    asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ u64 et_globaltimer() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void et_nanosleep(unsigned ns) {
+    asm volatile("nanosleep.u32 %0;" :: "r"(ns));
+}
+
+// Record the first error (watchdog) and raise the abort flag every spin loop checks.
+__device__ void et_fail(long long* err, int* abort_flag, long long task, long long elem,
+                        long long counter, long long count, int kind) {
+    if (atomicCAS((unsigned long long*)&err[0], 0ull, (unsigned long long)ET_ERR_WATCHDOG) == 0) {
+        err[1] = task; err[2] = elem; err[3] = counter; err[4] = count;
+        err[5] = blockIdx.x; err[6] = kind;
+        __threadfence();
+    }
+    atomicExch(abort_flag, 1);
+}
+
+// Thread 0 only: spin until (counter >> shift) >= count. False if aborted (watchdog or
+// another CTA's failure).
+__device__ bool et_wait(u64* counter, int shift, long long count, long long task, long long elem,
+                        long long* err, int* abort_flag, u64 watchdog_ns) {
+    u64 start = 0;
+    unsigned backoff = 32;
+    while (true) {
+        u64 v = et_ld_acquire(counter);
+        if ((long long)(v >> shift) >= count) return true;
+        if (*(volatile int*)abort_flag) return false;
+        u64 now = et_globaltimer();
+        if (start == 0) start = now;
+        else if (now - start > watchdog_ns) {
+            et_fail(err, abort_flag, task, elem, (long long)(v >> shift), count, 1);
+            return false;
+        }
+        et_nanosleep(backoff);
+        if (backoff < 256) backoff <<= 1;
+    }
+}
+
+__device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
+    u64 old;
+    asm volatile("atom.release.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v)
+                 : "memory");
+    return old;
+}
+
+// ------------------------------------------------------------------ table accessors
+// The launch argument is one array of 64-bit slots; codegen.py and runtime.py agree on it.
+#define ET_I32(slot) ((int*)(A[slot]))
+#define ET_QUEUE_PTR ET_I32(0)
+#define ET_QUEUE_TASK ET_I32(1)
+#define ET_TASK_GRID ET_I32(2)
+#define ET_TASK_COORDS ET_I32(3)
+#define ET_WAIT_PTR ET_I32(4)
+#define ET_WAIT_ELEM ET_I32(5)
+#define ET_NOTIFY_PTR ET_I32(6)
+#define ET_NOTIFY_ELEM ET_I32(7)
+#define ET_TARGET ((const long long*)(A[8]))
+#define ET_COUNTER ((u64*)(A[9]))
+#define ET_SHIFT ET_I32(10)          // per element: 16 for early-push elements, else 0
+#define ET_READY ET_I32(11)
+#define ET_N_READY ((int)A[12])
+#define ET_PENDING ET_I32(13)
+#define ET_PENDING0 ET_I32(14)
+#define ET_PUSH_PTR ET_I32(15)
+#define ET_PUSH_TASK ET_I32(16)
+#define ET_QUEUE ET_I32(17)
+#define ET_HEAD ((unsigned*)(A[18]))
+#define ET_TAIL ((unsigned*)(A[19]))
+#define ET_N_DYNAMIC ((unsigned)A[20])
+#define ET_ERR ((long long*)(A[21]))
+#define ET_ABORT ET_I32(22)
+#define ET_DONE_CTAS ((unsigned*)(A[23]))
+#define ET_NUM_ELEMENTS ((int)A[24])
+#define ET_WATCHDOG_NS ((u64)A[25])
+#define ET_PROF ((u64*)(A[26]))
+#define ET_NUM_TASKS ((int)A[27])
+#define ET_RANK ((int)A[28])
+#define ET_SYM(i) (A[32 + (i)])
+
+__device__ void et_run_task(const long long* A, int task);  // generated dispatch switch
+
+// Thread 0: a consumer lost its last pending dependency -> push it.
+__device__ __forceinline__ void et_push(const long long* A, int task) {
+    unsigned slot = atomicAdd(ET_TAIL, 1u);
+    et_st_release_int(&ET_QUEUE[slot], task);
+}
+
+__device__ void et_release_consumers(const long long* A, int x) {
+    for (int i = ET_PUSH_PTR[x]; i < ET_PUSH_PTR[x + 1]; ++i) {
+        int c = ET_PUSH_TASK[i];
+        if (atomicSub(&ET_PENDING[c], 1) == 1) et_push(A, c);
+    }
+}
+
+// Waits, body, notifies of one task, by the whole CTA. False if the launch is aborting.
+__device__ bool et_do_task(const long long* A, int t, u64 fetch_ns) {
+    __shared__ int s_ok;
+    if (threadIdx.x == 0) {
+        int ok = 1;
+        for (int i = ET_WAIT_PTR[t]; i < ET_WAIT_PTR[t + 1] && ok; ++i) {
+            int x = ET_WAIT_ELEM[i];
+            ok = et_wait(&ET_COUNTER[x], ET_SHIFT[x], ET_TARGET[x], t, x, ET_ERR, ET_ABORT,
+                         ET_WATCHDOG_NS);
+        }
+        s_ok = ok;
+        if (ET_PROF) { ET_PROF[4 * t] = fetch_ns; ET_PROF[4 * t + 1] = et_globaltimer(); }
+    }
+    __syncthreads();
+    if (!s_ok) return false;
+    et_run_task(A, t);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        for (int i = ET_NOTIFY_PTR[t]; i < ET_NOTIFY_PTR[t + 1]; ++i) {
+            int x = ET_NOTIFY_ELEM[i];
+            int shift = ET_SHIFT[x];
+            if (shift) {                       // early push: consumers already released
+                et_red_release_add(&ET_COUNTER[x], 1ull << shift);
+            } else {
+                u64 old = et_atom_release_add(&ET_COUNTER[x], 1ull);
+                if ((long long)old + 1 == ET_TARGET[x]) et_release_consumers(A, x);
+            }
+        }
+        if (ET_PROF) { ET_PROF[4 * t + 2] = et_globaltimer(); ET_PROF[4 * t + 3] = blockIdx.x; }
+    }
+    __syncthreads();
+    return true;
+}
+
+__device__ void et_static_loop(const long long* A) {
+    for (int i = ET_QUEUE_PTR[blockIdx.x]; i < ET_QUEUE_PTR[blockIdx.x + 1]; ++i) {
+        int t = ET_QUEUE_TASK[i];
+        if (t < 0) continue;  // guarded slot of a bucketed table
+        if (!et_do_task(A, t, ET_PROF ? et_globaltimer() : 0)) return;
+    }
+}
+
+__device__ void et_dynamic_loop(const long long* A) {
+    __shared__ int s_task;
+    if (threadIdx.x == 0)
+        for (int i = blockIdx.x; i < ET_N_READY; i += gridDim.x) et_push(A, ET_READY[i]);
+    while (true) {
+        if (threadIdx.x == 0) {
+            int task = -1;
+            unsigned k = atomicAdd(ET_HEAD, 1u);
+            if (k < ET_N_DYNAMIC) {
+                u64 start = et_globaltimer();
+                while ((task = et_ld_acquire_int(&ET_QUEUE[k])) < 0) {
+                    if (*(volatile int*)ET_ABORT) break;
+                    if (et_globaltimer() - start > ET_WATCHDOG_NS) {
+                        et_fail(ET_ERR, ET_ABORT, -1, k, 0, 0, 2);
+                        break;
+                    }
+                    et_nanosleep(64);
+                }
+                if (task >= 0) {  // dispatch: count it on early-push elements it notifies
+                    for (int i = ET_NOTIFY_PTR[task]; i < ET_NOTIFY_PTR[task + 1]; ++i) {
+                        int x = ET_NOTIFY_ELEM[i];
+                        if (!ET_SHIFT[x]) continue;
+                        u64 old = atomicAdd(&ET_COUNTER[x], 1ull);
+                        if ((long long)(old & 0xFFFFull) + 1 == ET_TARGET[x])
+                            et_release_consumers(A, x);
+                    }
+                }
+            }
+            s_task = task;
+        }
+        __syncthreads();
+        int t = s_task;
+        __syncthreads();
+        if (t < 0) return;
+        if (!et_do_task(A, t, ET_PROF ? et_globaltimer() : 0)) return;
+    }
+}
+
+// The last CTA to finish re-initialises counters, dependency counts and the queue, so the
+// next launch needs no host memset.
+__device__ void et_finish(const long long* A) {
+    __shared__ int s_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        s_last = atomicAdd(ET_DONE_CTAS, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!s_last || *(volatile int*)ET_ABORT) return;
+    __threadfence();
+    for (int x = threadIdx.x; x < ET_NUM_ELEMENTS; x += blockDim.x) ET_COUNTER[x] = 0;
+    for (int t = threadIdx.x; t < ET_NUM_TASKS; t += blockDim.x) ET_PENDING[t] = ET_PENDING0[t];
+    for (unsigned k = threadIdx.x; k < ET_N_DYNAMIC; k += blockDim.x) ET_QUEUE[k] = -1;
+    __syncthreads();
+    if (threadIdx.x == 0) { *ET_HEAD = 0; *ET_TAIL = 0; *ET_DONE_CTAS = 0; __threadfence(); }
+}

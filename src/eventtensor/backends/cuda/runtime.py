@@ -1,0 +1,223 @@
+"""Launch a compiled megakernel from Python (torch tensors, cuda-python driver API).
+
+`Megakernel(program, mode)` runs the pass pipeline, generates and compiles the kernel once;
+`launch(env, tensors)` instantiates the tables for the binding (cached), passes symbol values
+and tensor pointers in one argument array, checks co-residency (one CTA per SM) and launches
+on the given stream. Per-binding device state (event counters, dependency counts, queue) is
+allocated once and re-initialised by the kernel itself: no host memset between launches.
+A wait that exceeds the watchdog bound makes the kernel exit with an error record; `sync()`
+turns it into `DeadlockError` naming the task, the event element and the counter.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import DeadlockError
+from ...ir import Program
+from ...lower import Tables, bind, build_tables
+from ...passes import run_pipeline
+from ...schedule import StaticTemplate, schedule, unfuse
+from ...trace import TaskSpan, Trace
+from .codegen import SYM_BASE, generate, kernel_name
+from .compiler import compile_source
+
+THREADS = 256
+
+
+def _check(res, what: str):
+    from cuda.bindings import driver
+    err = res[0] if isinstance(res, tuple) else res
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver call {what} failed: {err}")
+    return res[1] if isinstance(res, tuple) and len(res) == 2 else res
+
+
+@dataclass
+class _State:
+    tables: Tables
+    arrays: dict            # name -> torch tensor on the device (tables and runtime state)
+    args: object = None     # torch int64 tensor of launch-argument slots
+    key: tuple = ()
+
+
+class Megakernel:
+    """One program compiled for one scheduling mode, launchable for any binding."""
+
+    def __init__(self, program: Program, mode: str = "static", num_sms: int | None = None,
+                 policy: str = "critical_path", watchdog_s: float = 1.0,
+                 early_push: bool = True):
+        import torch
+        self.torch = torch
+        self.mode, self.policy, self.early_push = mode, policy, early_push
+        self.program = run_pipeline(unfuse(run_pipeline(program)) if mode == "unfused"
+                                    else program)
+        self.source = generate(self.program, mode)
+        self.name = kernel_name(self.program, mode)
+        self.compiled = compile_source(self.source, self.name)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.num_sms = num_sms or props.multi_processor_count
+        self.watchdog_ns = int(watchdog_s * 1e9)
+        self.template = StaticTemplate(self.program, self.num_sms, policy) \
+            if mode != "dynamic" else None
+        self._func = None
+        self._states: dict[tuple[int, ...], _State] = {}
+
+    # ------------------------------------------------------------------ set-up
+    def _function(self):
+        if self._func is None:
+            from cuda.bindings import driver
+            self.torch.cuda.init()
+            self.torch.empty(1, device="cuda")  # primary context current on this thread
+            _check(driver.cuInit(0), "cuInit")
+            module = _check(driver.cuModuleLoadData(self.compiled.cubin), "cuModuleLoadData")
+            self._func = _check(driver.cuModuleGetFunction(module, self.name.encode()),
+                                "cuModuleGetFunction")
+            blocks = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                self._func, THREADS, 0), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+            if blocks < 1:
+                raise RuntimeError(f"kernel {self.name} cannot keep one CTA of {THREADS} "
+                                   "threads resident per SM; a persistent launch could hang")
+        return self._func
+
+    def tables(self, env: Mapping[str, int], queues=None) -> Tables:
+        t = build_tables(bind(self.program, env))
+        return schedule(t, self.mode, self.num_sms, self.policy, early_push=self.early_push,
+                        template=self.template, queues=queues)
+
+    def _state(self, env: Mapping[str, int], tables: Tables | None = None) -> _State:
+        key = tuple(int(env[s.name]) for s in self.program.symbols)
+        st = self._states.get(key) if tables is None else None
+        if st is not None:
+            return st
+        t = tables or self.tables(env)
+        torch, dev = self.torch, "cuda"
+        i32 = (lambda a: torch.as_tensor(np.ascontiguousarray(a, np.int32), device=dev))  # noqa: E731
+        b = t.bound
+        n_dyn = int((t.grid_mode[b.task_grid] == 1).sum()) if b.num_tasks else 0
+        coords = b.task_coords if b.task_coords.size else np.zeros((b.num_tasks, 1), np.int64)
+        arrays = {
+            "queue_ptr": i32(t.queue_ptr), "queue_task": i32(t.queue_task),
+            "task_grid": i32(b.task_grid), "task_coords": i32(coords),
+            "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(t.wait_elem),
+            "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(t.notify_elem),
+            "target": torch.as_tensor(t.target, device=dev),
+            "counter": torch.zeros(max(b.num_elements, 1), dtype=torch.int64, device=dev),
+            "shift": i32(np.where(t.early, 16, 0)),
+            "ready": i32(t.ready), "pending": i32(t.pending), "pending0": i32(t.pending),
+            "push_ptr": i32(t.push_ptr), "push_task": i32(t.push_task),
+            "queue": torch.full((max(n_dyn, 1),), -1, dtype=torch.int32, device=dev),
+            "head_tail_done": torch.zeros(3, dtype=torch.int32, device=dev),
+            "err": torch.zeros(8, dtype=torch.int64, device=dev),
+            "abort": torch.zeros(1, dtype=torch.int32, device=dev),
+        }
+        st = _State(t, arrays)
+        st.n_dynamic = n_dyn
+        if tables is None:
+            self._states[key] = st
+        return st
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, env: Mapping[str, int], tensors: Mapping[str, object], stream=None,
+               profile: bool = False, tables: Tables | None = None) -> _State:
+        """Launch for binding `env`; `tensors` maps every input name to a CUDA float32 tensor
+        of its shape; outputs and temps are allocated when missing (returned in
+        `state.arrays['tensors']`)."""
+        func = self._function()
+        torch = self.torch
+        st = self._state(env, tables)
+        b = st.tables.bound
+        tens = {}
+        for tdecl in self.program.tensors:
+            shape = b.tensor_shapes[tdecl.name]
+            x = tensors.get(tdecl.name)
+            if x is None:
+                if tdecl.role == "input":
+                    raise ValueError(f"input tensor '{tdecl.name}' was not given")
+                x = torch.empty(shape, dtype=torch.float32, device="cuda")
+            if tuple(x.shape) != shape or x.dtype != torch.float32 or not x.is_cuda \
+                    or not x.is_contiguous():
+                raise ValueError(f"tensor '{tdecl.name}' must be a contiguous CUDA float32 "
+                                 f"tensor of shape {shape}, got {tuple(x.shape)} {x.dtype} "
+                                 f"on {x.device}")
+            tens[tdecl.name] = x
+        st.arrays["tensors"] = tens
+        prof = torch.zeros(4 * max(b.num_tasks, 1), dtype=torch.int64, device="cuda") \
+            if profile else None
+        st.arrays["prof"] = prof
+        a = st.arrays
+        htd = a["head_tail_done"]
+        slots = [0] * (SYM_BASE + len(self.program.symbols) + len(self.program.tensors))
+        for i, name in enumerate(["queue_ptr", "queue_task", "task_grid", "task_coords",
+                                  "wait_ptr", "wait_elem", "notify_ptr", "notify_elem",
+                                  "target", "counter", "shift", "ready"]):
+            slots[i] = a[name].data_ptr()
+        slots[12] = len(st.tables.ready)
+        for i, name in zip(range(13, 18), ["pending", "pending0", "push_ptr", "push_task",
+                                           "queue"]):
+            slots[i] = a[name].data_ptr()
+        slots[18], slots[19], slots[23] = (htd.data_ptr(), htd.data_ptr() + 4,
+                                           htd.data_ptr() + 8)
+        slots[20] = st.n_dynamic
+        slots[21], slots[22] = a["err"].data_ptr(), a["abort"].data_ptr()
+        slots[24], slots[25] = b.num_elements, self.watchdog_ns
+        slots[26] = prof.data_ptr() if prof is not None else 0
+        slots[27], slots[28] = b.num_tasks, max(b.task_coords.shape[1], 1)
+        for i, s in enumerate(self.program.symbols):
+            slots[SYM_BASE + i] = b.env[s.name]
+        for i, tdecl in enumerate(self.program.tensors):
+            slots[SYM_BASE + len(self.program.symbols) + i] = tens[tdecl.name].data_ptr()
+        st.args = torch.tensor(slots, dtype=torch.int64, device="cuda")
+        from cuda.bindings import driver
+        s = stream if stream is not None else torch.cuda.current_stream()
+        import ctypes
+        _check(driver.cuLaunchKernel(func, self.num_sms, 1, 1, THREADS, 1, 1, 0,
+                                     s.cuda_stream, ((st.args.data_ptr(),), (ctypes.c_void_p,)),
+                                     0), "cuLaunchKernel")
+        return st
+
+    def sync(self, st: _State) -> None:
+        """Wait for the launch; raise DeadlockError if the watchdog fired."""
+        self.torch.cuda.synchronize()
+        err = st.arrays["err"].cpu().numpy()
+        if err[0] == 0:
+            return
+        b = st.tables.bound
+        task, elem, counter, count, sm, kind = (int(v) for v in err[1:7])
+        for name in ("err", "abort", "counter", "head_tail_done"):
+            st.arrays[name].zero_()
+        st.arrays["pending"].copy_(st.arrays["pending0"])
+        st.arrays["queue"].fill_(-1)
+        if kind == 2:
+            msg = (f"watchdog: SM {sm} waited more than {self.watchdog_ns / 1e9:.3g} s for queue "
+                   f"slot {elem} of program '{self.program.name}' at {b.env}")
+            raise DeadlockError(msg, [{"sm": sm, "task": None, "event": None}])
+        rec = {"sm": sm, "task": b.task_name(task), "event": b.element_name(elem),
+               "counter": counter, "wait_count": count}
+        raise DeadlockError(
+            f"watchdog: task {rec['task']} on SM {sm} waited more than "
+            f"{self.watchdog_ns / 1e9:.3g} s on {rec['event']} (counter {counter} of {count}) "
+            f"in program '{self.program.name}' ({self.mode} schedule) at {b.env}", [rec])
+
+    def run(self, env: Mapping[str, int], tensors: Mapping[str, object], **kw) -> dict:
+        """Launch, wait and return every tensor (inputs, temps, outputs) by name."""
+        st = self.launch(env, tensors, **kw)
+        self.sync(st)
+        return st.arrays["tensors"]
+
+    def trace(self, st: _State, title: str) -> Trace:
+        """The per-task timestamps of a profiled launch as a measured `Trace` (µs)."""
+        prof = st.arrays["prof"].cpu().numpy().reshape(-1, 4)
+        b, p = st.tables.bound, self.program
+        ran = np.flatnonzero(prof[:, 2] > 0)
+        t0 = prof[ran, 0].min() if ran.size else 0
+        spans = []
+        for t in ran:
+            g = p.grids[b.task_grid[t]]
+            f, s, e, sm = (int(v) for v in prof[t])
+            spans.append(TaskSpan(sm, b.task_name(int(t)), g.kind, g.name, (s - t0) / 1e3,
+                                  (e - t0) / 1e3, (f - t0) / 1e3))
+        return Trace(title, "measured", self.num_sms, spans,
+                     {"mode": self.mode, "binding": dict(b.env), "program": p.name})
