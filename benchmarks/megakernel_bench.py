@@ -78,7 +78,7 @@ def bench_dispatch(k: int, iters: int) -> dict:
         mk = Megakernel(independent(k), mode)
         x = {"A": torch.rand(k, 1, device="cuda")}
         mk.sync(mk.launch({}, x))
-        ms = timed(lambda: mk.launch({}, x), iters, 5)
+        ms = timed(lambda mk=mk, x=x: mk.launch({}, x), iters, 5)
         out[mode] = {"tasks": k, "ms": ms, "us_per_task_per_sm": ms * 1e3 / (k / mk.num_sms)}
     return out
 
@@ -132,7 +132,8 @@ def bench_examples(iters: int) -> list[dict]:
                            ("dynamic_late_push", {"early_push": False}), ("unfused", {})):
             mk = Megakernel(ex.build(), mode.split("_")[0], **opts)
             mk.sync(mk.launch(env, inputs))
-            row[f"megakernel_{mode}_ms"] = timed(lambda: mk.launch(env, inputs), iters)
+            row[f"megakernel_{mode}_ms"] = timed(
+                lambda mk=mk, env=env, inputs=inputs: mk.launch(env, inputs), iters)
         rows.append(row)
         print(json.dumps(row))
     return rows

@@ -116,7 +116,7 @@ def markdown(res: dict) -> str:
              "unfused | auto |", "|---|---|---|---|---|---|---|---|---|"]
     for r in res["examples"] + res["decode"]:
         p = r["predicted_us"]
-        cell = (lambda k: f"{p[k]:.2f}" if k in p else "-")  # noqa: E731
+        cell = (lambda k, p=p: f"{p[k]:.2f}" if k in p else "-")  # noqa: E731
         floor = f"{r['bandwidth_floor_us']:.1f}" if "bandwidth_floor_us" in r else "-"
         lines.append(f"| {r['program']} | {r['binding']} | {floor} | {cell('static')} | "
                      f"{cell('static_round_robin')} | {cell('dynamic')} | {cell('hybrid')} | "

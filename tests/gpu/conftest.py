@@ -13,7 +13,7 @@ def _has_gpu() -> bool:
 def pytest_collection_modifyitems(config, items):
     if _has_gpu():
         return
-    skip = pytest.mark.skip(reason="no CUDA GPU (GPU tests run on the H200 via scripts/gpu_check.sh)")
+    skip = pytest.mark.skip(reason="no CUDA GPU (GPU tests run via scripts/gpu_check.sh)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -14,6 +14,7 @@ from ...ir import Program, Region, TaskGrid
 from ...maps import Full, Index, Span
 
 SYM_BASE = 32  # first launch-argument slot of the symbol values (see runtime.cuh)
+MAX_SLOTS = 64  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "unfused")
 
 
@@ -50,6 +51,10 @@ def generate(p: Program, mode: str) -> str:
         if e.kind == "trigger" or e.map.is_data_dependent:
             raise UnsupportedOnGpu(f"{e.kind} edge {e.grid} -> {e.event} is data dependent; "
                                    "the CUDA backend does not run data-dependent edges yet")
+    if SYM_BASE + len(p.symbols) + len(p.tensors) > MAX_SLOTS:
+        raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols and "
+                               f"{len(p.tensors)} tensors; the launch arguments hold "
+                               f"{MAX_SLOTS - SYM_BASE} of them")
     tindex = {t.name: i for i, t in enumerate(p.tensors)}
     ren = {s.name: sym.Sym(f"s_{s.name}", s.lo, s.hi) for s in p.symbols}
     out = [f"// eventtensor megakernel: program '{p.name}', {mode} schedule",
@@ -83,7 +88,10 @@ def generate(p: Program, mode: str) -> str:
         out.append("    }")
     out += ["    }", "}", "",
             f'extern "C" __global__ void __launch_bounds__(256) {kernel_name(p, mode)}'
-            "(const long long* A) {",
+            "(const long long* __restrict__ args) {",
+            "    __shared__ long long A[ET_SLOTS];",
+            "    for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x) A[i] = args[i];",
+            "    __syncthreads();",
             "    et_dynamic_loop(A);" if mode == "dynamic" else "    et_static_loop(A);",
             "    et_finish(A);", "}", ""]
     return "\n".join(out)

@@ -21,7 +21,7 @@ from ...lower import Tables, bind, build_tables
 from ...passes import run_pipeline
 from ...schedule import StaticTemplate, schedule, unfuse
 from ...trace import TaskSpan, Trace
-from .codegen import SYM_BASE, generate, kernel_name
+from .codegen import MAX_SLOTS, SYM_BASE, generate, kernel_name
 from .compiler import compile_source
 
 THREADS = 256
@@ -41,6 +41,11 @@ class _State:
     arrays: dict            # name -> torch tensor on the device (tables and runtime state)
     args: object = None     # torch int64 tensor of launch-argument slots
     key: tuple = ()
+    n_dynamic: int = 0
+    owned: dict = None      # outputs and temps this runtime allocated  # type: ignore
+
+    def __post_init__(self) -> None:
+        self.owned = {}
 
 
 class Megakernel:
@@ -113,8 +118,7 @@ class Megakernel:
             "err": torch.zeros(8, dtype=torch.int64, device=dev),
             "abort": torch.zeros(1, dtype=torch.int32, device=dev),
         }
-        st = _State(t, arrays)
-        st.n_dynamic = n_dyn
+        st = _State(t, arrays, n_dynamic=n_dyn)
         if tables is None:
             self._states[key] = st
         return st
@@ -136,7 +140,10 @@ class Megakernel:
             if x is None:
                 if tdecl.role == "input":
                     raise ValueError(f"input tensor '{tdecl.name}' was not given")
-                x = torch.empty(shape, dtype=torch.float32, device="cuda")
+                x = st.owned.get(tdecl.name)
+                if x is None:  # allocated once per binding, reused by later launches
+                    x = st.owned[tdecl.name] = torch.empty(shape, dtype=torch.float32,
+                                                           device="cuda")
             if tuple(x.shape) != shape or x.dtype != torch.float32 or not x.is_cuda \
                     or not x.is_contiguous():
                 raise ValueError(f"tensor '{tdecl.name}' must be a contiguous CUDA float32 "
@@ -169,7 +176,10 @@ class Megakernel:
             slots[SYM_BASE + i] = b.env[s.name]
         for i, tdecl in enumerate(self.program.tensors):
             slots[SYM_BASE + len(self.program.symbols) + i] = tens[tdecl.name].data_ptr()
-        st.args = torch.tensor(slots, dtype=torch.int64, device="cuda")
+        slots += [0] * (MAX_SLOTS - len(slots))
+        if st.key != tuple(slots):  # upload only when a pointer or value changed
+            st.args = torch.tensor(slots, dtype=torch.int64, device="cuda")
+            st.key = tuple(slots)
         from cuda.bindings import driver
         s = stream if stream is not None else torch.cuda.current_stream()
         import ctypes

@@ -43,25 +43,43 @@ __device__ __forceinline__ long long et_count(const EtTile& t, int dims) {
     return c;
 }
 
-// row_sum: out[..., 0] = sum over the last axis of x[..., :]
+// Offset in `src` of the element of a result of shape src.n (rank src_rank, right-aligned
+// against out's dimensions, size-1 dimensions broadcast) that out's element `e` receives.
+__device__ __forceinline__ long long et_bcast(const EtTile& src, int src_rank, const EtTile& out,
+                                              long long e) {
+    long long off = 0;
+    int shift = out.rank - src_rank;
+    for (int d = out.rank - 1; d >= 0; --d) {
+        long long i = e % out.n[d];
+        e /= out.n[d];
+        int sd = d - shift;
+        if (sd >= 0 && src.n[sd] != 1) off += i * src.s[sd];
+    }
+    return off;
+}
+
+// row_sum: x summed over its last axis, broadcast into the out tile (numpy semantics)
 __device__ void et_body_row_sum(const EtTile& x, const EtTile& out) {
-    long long rows = et_count(x, x.rank - 1), k = x.n[x.rank - 1];
-    for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
+    long long cells = et_count(out, out.rank), k = x.n[x.rank - 1];
+    EtTile rows = x;
+    rows.n[x.rank - 1] = 1;
+    for (long long e = threadIdx.x; e < cells; e += blockDim.x) {
+        const float* p = x.p + et_bcast(rows, x.rank, out, e);
         float acc = 0.f;
-        for (long long j = 0; j < k; ++j) acc += *et_at(x, r, x.rank - 1, j);
-        *et_at(out, r, out.rank - 1, 0) = acc;
+        for (long long j = 0; j < k; ++j) acc += p[j * x.s[x.rank - 1]];
+        *et_at(out, e, out.rank, 0) = acc;
     }
 }
 
-// sum_partials: out[...] = sum over the first axis of p[s, ...]
+// sum_partials: p summed over its first axis, broadcast into the out tile
 __device__ void et_body_sum_partials(const EtTile& p, const EtTile& out) {
     long long cells = et_count(out, out.rank);
     EtTile inner = p;  // p without its first axis
     for (int d = 0; d + 1 < p.rank; ++d) { inner.n[d] = p.n[d + 1]; inner.s[d] = p.s[d + 1]; }
-    inner.rank = p.rank - 1;
     for (long long e = threadIdx.x; e < cells; e += blockDim.x) {
+        const float* q = p.p + et_bcast(inner, p.rank - 1, out, e);
         float acc = 0.f;
-        for (long long s = 0; s < p.n[0]; ++s) acc += *(et_at(inner, e, inner.rank, 0) + s * p.s[0]);
+        for (long long s = 0; s < p.n[0]; ++s) acc += q[s * p.s[0]];
         *et_at(out, e, out.rank, 0) = acc;
     }
 }

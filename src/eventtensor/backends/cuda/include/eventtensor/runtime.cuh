@@ -54,10 +54,11 @@ __device__ void et_fail(long long* err, int* abort_flag, long long task, long lo
 __device__ bool et_wait(u64* counter, int shift, long long count, long long task, long long elem,
                         long long* err, int* abort_flag, u64 watchdog_ns) {
     u64 start = 0;
-    unsigned backoff = 32;
+    unsigned spins = 0;
     while (true) {
         u64 v = et_ld_acquire(counter);
         if ((long long)(v >> shift) >= count) return true;
+        if (++spins < 64) continue;  // short waits: poll without sleeping
         if (*(volatile int*)abort_flag) return false;
         u64 now = et_globaltimer();
         if (start == 0) start = now;
@@ -65,8 +66,7 @@ __device__ bool et_wait(u64* counter, int shift, long long count, long long task
             et_fail(err, abort_flag, task, elem, (long long)(v >> shift), count, 1);
             return false;
         }
-        et_nanosleep(backoff);
-        if (backoff < 256) backoff <<= 1;
+        et_nanosleep(64);
     }
 }
 
@@ -78,7 +78,9 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 }
 
 // ------------------------------------------------------------------ table accessors
-// The launch argument is one array of 64-bit slots; codegen.py and runtime.py agree on it.
+// The launch argument is one array of 64-bit slots (codegen.py and runtime.py agree on it),
+// copied into shared memory at kernel start: `A` below is that shared copy.
+#define ET_SLOTS 64
 #define ET_I32(slot) ((int*)(A[slot]))
 #define ET_QUEUE_PTR ET_I32(0)
 #define ET_QUEUE_TASK ET_I32(1)
@@ -143,13 +145,14 @@ __device__ bool et_do_task(const long long* A, int t, u64 fetch_ns) {
     if (!s_ok) return false;
     et_run_task(A, t);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
+    if (threadIdx.x == 0) {  // bar.sync above + release below publish the CTA's stores
         for (int i = ET_NOTIFY_PTR[t]; i < ET_NOTIFY_PTR[t + 1]; ++i) {
             int x = ET_NOTIFY_ELEM[i];
             int shift = ET_SHIFT[x];
             if (shift) {                       // early push: consumers already released
                 et_red_release_add(&ET_COUNTER[x], 1ull << shift);
+            } else if (ET_PUSH_PTR[x] == ET_PUSH_PTR[x + 1]) {  // nobody to push
+                et_red_release_add(&ET_COUNTER[x], 1ull);
             } else {
                 u64 old = et_atom_release_add(&ET_COUNTER[x], 1ull);
                 if ((long long)old + 1 == ET_TARGET[x]) et_release_consumers(A, x);
