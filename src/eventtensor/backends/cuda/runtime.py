@@ -129,7 +129,7 @@ class Megakernel:
         """Launch for binding `env`; `tensors` maps every input name to a CUDA float32 tensor
         of its shape; outputs and temps are allocated when missing (returned in
         `state.arrays['tensors']`)."""
-        func = self._function()
+        self._function()
         torch = self.torch
         st = self._state(env, tables)
         b = st.tables.bound
@@ -180,13 +180,19 @@ class Megakernel:
         if st.key != tuple(slots):  # upload only when a pointer or value changed
             st.args = torch.tensor(slots, dtype=torch.int64, device="cuda")
             st.key = tuple(slots)
-        from cuda.bindings import driver
-        s = stream if stream is not None else torch.cuda.current_stream()
+        self.relaunch(st, stream)
+        return st
+
+    def relaunch(self, st: _State, stream=None) -> None:
+        """Launch again with the same binding, tensors and arguments (no host work beyond
+        the launch itself; capturable in a CUDA graph)."""
         import ctypes
-        _check(driver.cuLaunchKernel(func, self.num_sms, 1, 1, THREADS, 1, 1, 0,
+
+        from cuda.bindings import driver
+        s = stream if stream is not None else self.torch.cuda.current_stream()
+        _check(driver.cuLaunchKernel(self._function(), self.num_sms, 1, 1, THREADS, 1, 1, 0,
                                      s.cuda_stream, ((st.args.data_ptr(),), (ctypes.c_void_p,)),
                                      0), "cuLaunchKernel")
-        return st
 
     def sync(self, st: _State) -> None:
         """Wait for the launch; raise DeadlockError if the watchdog fired."""
