@@ -64,12 +64,15 @@ def generate(p: Program, mode: str) -> str:
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/bodies.cuh"', "",
            f"#define ET_TENSOR(i) (A[{SYM_BASE + len(p.symbols)} + (i)])", "",
-           "__device__ void et_run_task(const long long* A, int task) {",
-           "    const int* c = ET_TASK_COORDS + (long long)task * ET_RANK;"]
+           "__device__ void et_run_task(const long long* A, const EtTask& task) {",
+           "    const int c[3] = {task.b.y, task.b.z, task.b.w};  // coordinates"]
     out += [f"    const long long s_{s.name} = ET_SYM({i});  // symbol {s.name}"
             for i, s in enumerate(p.symbols)]
-    out.append("    switch (ET_TASK_GRID[task]) {")
+    out.append("    switch (task.a.x) {  // task grid")
     for gi, g in enumerate(p.grids):
+        if len(g.axes) > 3:
+            raise UnsupportedOnGpu(f"task grid '{g.name}' has {len(g.axes)} axes; the CUDA "
+                                   "task record holds 3 coordinates")
         for t in {r.tensor for r in g.reads + g.writes}:
             if p.tensor(t).dtype != "float32":
                 raise UnsupportedOnGpu(f"task grid '{g.name}' touches tensor '{t}' of dtype "

@@ -102,10 +102,15 @@ class Megakernel:
         i32 = (lambda a: torch.as_tensor(np.ascontiguousarray(a, np.int32), device=dev))  # noqa: E731
         b = t.bound
         n_dyn = int((t.grid_mode[b.task_grid] == 1).sum()) if b.num_tasks else 0
-        coords = b.task_coords if b.task_coords.size else np.zeros((b.num_tasks, 1), np.int64)
+        rec = np.zeros((b.num_tasks, 8), np.int64)  # see EtTask in runtime.cuh
+        rec[:, 0] = b.task_grid
+        rec[:, 1], rec[:, 2] = t.wait_ptr[:-1], t.wait_ptr[1:]
+        rec[:, 3], rec[:, 4] = t.notify_ptr[:-1], t.notify_ptr[1:]
+        rank = b.task_coords.shape[1] if b.task_coords.ndim == 2 else 0
+        rec[:, 5:5 + rank] = b.task_coords[:, :3]
         arrays = {
             "queue_ptr": i32(t.queue_ptr), "queue_task": i32(t.queue_task),
-            "task_grid": i32(b.task_grid), "task_coords": i32(coords),
+            "task_rec": i32(rec if b.num_tasks else np.zeros((1, 8))),
             "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(t.wait_elem),
             "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(t.notify_elem),
             "target": torch.as_tensor(t.target, device=dev),
@@ -157,7 +162,7 @@ class Megakernel:
         a = st.arrays
         htd = a["head_tail_done"]
         slots = [0] * (SYM_BASE + len(self.program.symbols) + len(self.program.tensors))
-        for i, name in enumerate(["queue_ptr", "queue_task", "task_grid", "task_coords",
+        for i, name in enumerate(["queue_ptr", "queue_task", "task_rec", "task_rec",
                                   "wait_ptr", "wait_elem", "notify_ptr", "notify_elem",
                                   "target", "counter", "shift", "ready"]):
             slots[i] = a[name].data_ptr()
@@ -171,7 +176,7 @@ class Megakernel:
         slots[21], slots[22] = a["err"].data_ptr(), a["abort"].data_ptr()
         slots[24], slots[25] = b.num_elements, self.watchdog_ns
         slots[26] = prof.data_ptr() if prof is not None else 0
-        slots[27], slots[28] = b.num_tasks, max(b.task_coords.shape[1], 1)
+        slots[27] = b.num_tasks
         for i, s in enumerate(self.program.symbols):
             slots[SYM_BASE + i] = b.env[s.name]
         for i, tdecl in enumerate(self.program.tensors):

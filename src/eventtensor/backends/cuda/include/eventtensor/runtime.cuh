@@ -84,8 +84,7 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_I32(slot) ((int*)(A[slot]))
 #define ET_QUEUE_PTR ET_I32(0)
 #define ET_QUEUE_TASK ET_I32(1)
-#define ET_TASK_GRID ET_I32(2)
-#define ET_TASK_COORDS ET_I32(3)
+#define ET_TASK_REC ((const int4*)(A[2]))   // per task: 2 x int4, see EtTask
 #define ET_WAIT_PTR ET_I32(4)
 #define ET_WAIT_ELEM ET_I32(5)
 #define ET_NOTIFY_PTR ET_I32(6)
@@ -110,10 +109,23 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_WATCHDOG_NS ((u64)A[25])
 #define ET_PROF ((u64*)(A[26]))
 #define ET_NUM_TASKS ((int)A[27])
-#define ET_RANK ((int)A[28])
 #define ET_SYM(i) (A[32 + (i)])
 
-__device__ void et_run_task(const long long* A, int task);  // generated dispatch switch
+// One task's record, packed on the host: {grid, wait_lo, wait_hi, notify_lo} and
+// {notify_hi, coord 0, coord 1, coord 2}: two 16-byte loads, prefetched ahead of use.
+struct EtTask {
+    int id;
+    int4 a, b;
+};
+
+__device__ __forceinline__ EtTask et_load_task(const long long* A, int t) {
+    EtTask r;
+    r.id = t;
+    if (t >= 0) { r.a = ET_TASK_REC[2 * t]; r.b = ET_TASK_REC[2 * t + 1]; }
+    return r;
+}
+
+__device__ void et_run_task(const long long* A, const EtTask& task);  // generated switch
 
 // Thread 0: a consumer lost its last pending dependency -> push it.
 __device__ __forceinline__ void et_push(const long long* A, int task) {
@@ -128,25 +140,32 @@ __device__ void et_release_consumers(const long long* A, int x) {
     }
 }
 
-// Waits, body, notifies of one task, by the whole CTA. False if the launch is aborting.
-__device__ bool et_do_task(const long long* A, int t, u64 fetch_ns) {
+// Waits, body and notifies of one task by the whole CTA; `next` (thread 0's value) is the
+// task to prefetch while this one runs. Two CTA barriers per task: after the waits and after
+// the body. False if the launch is aborting.
+__device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_ns) {
+    __shared__ EtTask s_task;
     __shared__ int s_ok;
     if (threadIdx.x == 0) {
         int ok = 1;
-        for (int i = ET_WAIT_PTR[t]; i < ET_WAIT_PTR[t + 1] && ok; ++i) {
+        for (int i = cur.a.y; i < cur.a.z && ok; ++i) {
             int x = ET_WAIT_ELEM[i];
-            ok = et_wait(&ET_COUNTER[x], ET_SHIFT[x], ET_TARGET[x], t, x, ET_ERR, ET_ABORT,
+            ok = et_wait(&ET_COUNTER[x], ET_SHIFT[x], ET_TARGET[x], cur.id, x, ET_ERR, ET_ABORT,
                          ET_WATCHDOG_NS);
         }
         s_ok = ok;
-        if (ET_PROF) { ET_PROF[4 * t] = fetch_ns; ET_PROF[4 * t + 1] = et_globaltimer(); }
+        s_task = cur;
+        if (ET_PROF) { ET_PROF[4 * cur.id] = fetch_ns; ET_PROF[4 * cur.id + 1] = et_globaltimer(); }
     }
     __syncthreads();
     if (!s_ok) return false;
+    EtTask t = s_task;
+    EtTask pre;
+    if (threadIdx.x == 0) pre = et_load_task(A, next);  // overlaps the body
     et_run_task(A, t);
     __syncthreads();
     if (threadIdx.x == 0) {  // bar.sync above + release below publish the CTA's stores
-        for (int i = ET_NOTIFY_PTR[t]; i < ET_NOTIFY_PTR[t + 1]; ++i) {
+        for (int i = t.a.w; i < t.b.x; ++i) {
             int x = ET_NOTIFY_ELEM[i];
             int shift = ET_SHIFT[x];
             if (shift) {                       // early push: consumers already released
@@ -158,17 +177,33 @@ __device__ bool et_do_task(const long long* A, int t, u64 fetch_ns) {
                 if ((long long)old + 1 == ET_TARGET[x]) et_release_consumers(A, x);
             }
         }
-        if (ET_PROF) { ET_PROF[4 * t + 2] = et_globaltimer(); ET_PROF[4 * t + 3] = blockIdx.x; }
+        if (ET_PROF) { ET_PROF[4 * t.id + 2] = et_globaltimer(); ET_PROF[4 * t.id + 3] = blockIdx.x; }
+        cur = pre;
     }
-    __syncthreads();
     return true;
 }
 
 __device__ void et_static_loop(const long long* A) {
-    for (int i = ET_QUEUE_PTR[blockIdx.x]; i < ET_QUEUE_PTR[blockIdx.x + 1]; ++i) {
-        int t = ET_QUEUE_TASK[i];
-        if (t < 0) continue;  // guarded slot of a bucketed table
-        if (!et_do_task(A, t, ET_PROF ? et_globaltimer() : 0)) return;
+    int lo = ET_QUEUE_PTR[blockIdx.x], hi = ET_QUEUE_PTR[blockIdx.x + 1];
+    __shared__ int s_more;
+    EtTask cur;
+    int i = lo;
+    if (threadIdx.x == 0) {  // thread 0 walks the queue; guarded slots (< 0) are skipped
+        while (i < hi && ET_QUEUE_TASK[i] < 0) ++i;
+        cur = et_load_task(A, i < hi ? ET_QUEUE_TASK[i] : -1);
+    }
+    while (true) {
+        int next = -1;
+        if (threadIdx.x == 0) {
+            s_more = cur.id >= 0;
+            int j = i + 1;
+            while (j < hi && ET_QUEUE_TASK[j] < 0) ++j;
+            next = j < hi ? ET_QUEUE_TASK[j] : -1;
+            i = j;
+        }
+        __syncthreads();
+        if (!s_more) return;
+        if (!et_do_task(A, cur, next, ET_PROF ? et_globaltimer() : 0)) return;
     }
 }
 
@@ -182,7 +217,9 @@ __device__ void et_dynamic_loop(const long long* A) {
             unsigned k = atomicAdd(ET_HEAD, 1u);
             if (k < ET_N_DYNAMIC) {
                 u64 start = et_globaltimer();
+                unsigned spins = 0;
                 while ((task = et_ld_acquire_int(&ET_QUEUE[k])) < 0) {
+                    if (++spins < 64) continue;
                     if (*(volatile int*)ET_ABORT) break;
                     if (et_globaltimer() - start > ET_WATCHDOG_NS) {
                         et_fail(ET_ERR, ET_ABORT, -1, k, 0, 0, 2);
@@ -191,7 +228,8 @@ __device__ void et_dynamic_loop(const long long* A) {
                     et_nanosleep(64);
                 }
                 if (task >= 0) {  // dispatch: count it on early-push elements it notifies
-                    for (int i = ET_NOTIFY_PTR[task]; i < ET_NOTIFY_PTR[task + 1]; ++i) {
+                    EtTask r = et_load_task(A, task);
+                    for (int i = r.a.w; i < r.b.x; ++i) {
                         int x = ET_NOTIFY_ELEM[i];
                         if (!ET_SHIFT[x]) continue;
                         u64 old = atomicAdd(&ET_COUNTER[x], 1ull);
@@ -204,9 +242,10 @@ __device__ void et_dynamic_loop(const long long* A) {
         }
         __syncthreads();
         int t = s_task;
-        __syncthreads();
         if (t < 0) return;
-        if (!et_do_task(A, t, ET_PROF ? et_globaltimer() : 0)) return;
+        EtTask cur;
+        if (threadIdx.x == 0) cur = et_load_task(A, t);
+        if (!et_do_task(A, cur, -1, ET_PROF ? et_globaltimer() : 0)) return;
     }
 }
 
