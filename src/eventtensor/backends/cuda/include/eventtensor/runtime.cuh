@@ -183,23 +183,30 @@ __device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_
     return true;
 }
 
+// Thread 0: the next non-guarded queue position from `j` on (guarded slots are < 0).
+__device__ __forceinline__ int et_skip_guarded(const long long* A, int j, int hi) {
+    while (j < hi && ET_QUEUE_TASK[j] < 0) ++j;
+    return j;
+}
+
 __device__ void et_static_loop(const long long* A) {
-    int lo = ET_QUEUE_PTR[blockIdx.x], hi = ET_QUEUE_PTR[blockIdx.x + 1];
+    int hi = ET_QUEUE_PTR[blockIdx.x + 1];
     __shared__ int s_more;
     EtTask cur;
-    int i = lo;
-    if (threadIdx.x == 0) {  // thread 0 walks the queue; guarded slots (< 0) are skipped
-        while (i < hi && ET_QUEUE_TASK[i] < 0) ++i;
+    int i = 0, ahead = -1;  // thread 0: position of the next task, id of the one after
+    if (threadIdx.x == 0) {
+        i = et_skip_guarded(A, ET_QUEUE_PTR[blockIdx.x], hi);
         cur = et_load_task(A, i < hi ? ET_QUEUE_TASK[i] : -1);
+        i = et_skip_guarded(A, i + 1, hi);
+        ahead = i < hi ? ET_QUEUE_TASK[i] : -1;
     }
     while (true) {
         int next = -1;
-        if (threadIdx.x == 0) {
+        if (threadIdx.x == 0) {  // queue entries are read one task ahead of their use
             s_more = cur.id >= 0;
-            int j = i + 1;
-            while (j < hi && ET_QUEUE_TASK[j] < 0) ++j;
-            next = j < hi ? ET_QUEUE_TASK[j] : -1;
-            i = j;
+            next = ahead;
+            i = et_skip_guarded(A, i + 1, hi);
+            ahead = i < hi ? ET_QUEUE_TASK[i] : -1;
         }
         __syncthreads();
         if (!s_more) return;
