@@ -10,7 +10,8 @@ for name, env in (("splitk_rowsum", {"n": 2}), ("symbolic_batch", {"B": 5})):
     for mode in ("static", "dynamic"):
         mk = Megakernel(ex.build(), mode, num_sms=8)
         inputs = ex.make_inputs(env, 0)
-        gpu = {k: torch.as_tensor(np.ascontiguousarray(v), device="cuda") for k, v in inputs.items()}
+        gpu = {k: torch.as_tensor(np.ascontiguousarray(v), device="cuda")
+               for k, v in inputs.items()}
         for _ in range(2):
             out = mk.run(env, gpu)
         ex.check({k: out[k].cpu().numpy() for k in ex.outputs}, inputs, env)
