@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 from datetime import date
 from pathlib import Path
@@ -171,13 +172,47 @@ def measured_vs_simulated(out: Path) -> dict:
             "simulated_makespan_us": simulated.makespan_us}
 
 
+def markdown(r: dict) -> str:
+    hop, disp = r["hop"], r["dispatch"]
+    lines = [f"# Megakernel microbenchmarks ({r['date']}, commit {r['commit']}, {r['gpu']})", "",
+             f"Command: `{r['command']}` (run by `scripts/gpu_check.sh`, after the GPU tests: "
+             "`gpu_tests.log`). CUDA events, median after warm-up.", "",
+             "## Runtime overheads", "", "| measure | ours | target |", "|---|---|---|",
+             f"| dependent hop (chain of {hop['tasks']} tasks across SMs, each with a 1-element "
+             f"tile body) | {hop['us_per_hop']:.2f} us | <= 0.85 us (bare spin + add: 0.82 us) |",
+             f"| static dispatch per task per SM ({disp['static']['tasks']} independent tiny "
+             f"tasks) | {disp['static']['us_per_task_per_sm']:.2f} us | <= 0.3 us |",
+             f"| dynamic dispatch per task per SM (same tasks, device queue) | "
+             f"{disp['dynamic']['us_per_task_per_sm']:.2f} us | - |", "",
+             "## Examples: megakernel vs one launch per stage (ms)", "",
+             "`graph`: launches captured in a CUDA graph and replayed (GPU time without host "
+             "launch cost). These problems are tiny: every time is latency bound, far above the "
+             "bandwidth floor (split-K n=256 moves 128 KiB: 0.03 us at 4.27 TB/s).", "",
+             "| example | binding | torch per stage | torch stages, graph | megakernel static | "
+             "static, graph | dynamic (early push), graph | dynamic (late push), graph | "
+             "unfused, graph |", "|---|---|---|---|---|---|---|---|---|"]
+    for e in r["examples"]:
+        lines.append(
+            f"| {e['example']} | {e['binding']} | {e['torch_per_stage_ms']:.4f} | "
+            f"{e['torch_stages_cuda_graph_ms']:.4f} | {e['megakernel_static_ms']:.4f} | "
+            f"{e['megakernel_static_graph_ms']:.4f} | {e['megakernel_dynamic_graph_ms']:.4f} | "
+            f"{e['megakernel_dynamic_late_push_graph_ms']:.4f} | "
+            f"{e['megakernel_unfused_graph_ms']:.4f} |")
+    if "trace" in r:
+        t = r["trace"]
+        lines += ["", f"Profiled static launch, symbolic batch B = 64: measured makespan "
+                  f"{t['measured_makespan_us']:.2f} us, cost-model prediction "
+                  f"{t['simulated_makespan_us']:.2f} us (`trace_simulated_vs_measured.png`)."]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--iters", type=int, default=200)
     args = ap.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = os.environ.get("ET_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     res = {"date": str(date.today()), "commit": commit, "gpu": torch.cuda.get_device_name(0),
            "command": "PYTHONPATH=src python3 benchmarks/megakernel_bench.py --out $OUT"}
     res["hop"] = bench_hop(20000, 10)
@@ -189,6 +224,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     res["trace"] = measured_vs_simulated(out)
     (out / "megakernel_bench.json").write_text(json.dumps(res, indent=1))
+    (out / "megakernel_bench.md").write_text(markdown(res))
     print(f"wrote {out / 'megakernel_bench.json'}")
 
 
