@@ -1,45 +1,125 @@
 """Generate the megakernel's CUDA source for a program and a scheduling mode.
 
-Only glue is generated: the symbol prelude, one `case` per task grid in the dispatch switch
-(coordinates from the task table, tile views from the region maps through `sym`'s C printer,
-the kind's body call) and the kernel entry choosing the static or dynamic loop. Everything
-else is the hand-written device library in `include/eventtensor/`. The binding-dependent
-tables are kernel data, so one kernel serves every binding of the symbols.
+Only glue is generated: the symbol prelude; one `case` per task grid in the dispatch switch
+(coordinates from the task record, tile views from the region maps through `sym`'s C printer,
+index tensors read where a region is data dependent, the kind's body call); the
+data-dependent waits, triggers and notifies of each grid; the runtime wait counts; the kernel
+entry choosing the static or dynamic loop. Everything else is the hand-written device library
+in `include/eventtensor/`. Binding-dependent tables are kernel data, so one kernel serves every
+binding of the symbols.
 """
 from __future__ import annotations
 
 from ... import sym
 from ...errors import ProgramError
-from ...ir import Program, Region, TaskGrid
-from ...maps import Full, Index, Span
+from ...ir import Edge, EventDecl, Program, Region, TaskGrid
+from ...maps import Full, IndexMap, Load, Span
 
-SYM_BASE = 32  # first launch-argument slot of the symbol values (see runtime.cuh)
+SYM_BASE = 32   # first launch-argument slot of the symbol values (see runtime.cuh)
 MAX_SLOTS = 64  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "unfused")
+
+# kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
+BODIES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
+    "row_sum": ([("reads", "#0"), ("writes", "#0")], []),
+    "sum_partials": ([("reads", "#0"), ("writes", "#0")], []),
+    "gemm_partial": ([("reads", "@x"), ("reads", "@w"), ("writes", "#0")], []),
+    "moe_router": ([("reads", "x"), ("reads", "w_router"), ("writes", "topk_ids"),
+                    ("writes", "topk_w")], ["top_k"]),
+    "moe_scan": ([("reads", "topk_ids"), ("writes", "expert_counts"), ("writes", "expert_tiles"),
+                  ("writes", "exp_indptr"), ("writes", "tile_expert"), ("writes", "tile_lo"),
+                  ("writes", "tile_hi"), ("writes", "slot")], ["experts", "tile_m"]),
+    "moe_gather": ([("reads", "x"), ("writes", "xs")], []),
+    "moe_expert_gemm": ([("reads", "xs"), ("reads", "w_experts"), ("writes", "ys")], []),
+    "moe_combine": ([("reads", "ys"), ("reads", "topk_w"), ("writes", "out")], []),
+}
+CTYPE = {"float32": ("float", "EtTile"), "int32": ("int", "EtITile")}
 
 
 class UnsupportedOnGpu(ProgramError):
     """The program uses something the CUDA backend does not run."""
 
 
-def _body_args(g: TaskGrid) -> list[tuple[str, str]]:
-    """(role, tensor) of each tile argument of the kind's body, in call order."""
-    reads = [r.tensor for r in g.reads]
-    writes = [r.tensor for r in g.writes]
-    if g.kind in ("row_sum", "sum_partials"):
-        if len(reads) != 1 or len(writes) != 1:
-            raise UnsupportedOnGpu(f"task grid '{g.name}': a {g.kind} task reads one tensor "
-                                   "and writes one")
-        return [("reads", reads[0]), ("writes", writes[0])]
-    if g.kind == "gemm_partial":
-        prm = g.param_dict
-        return [("reads", str(prm["x"])), ("reads", str(prm["w"])), ("writes", writes[0])]
-    raise UnsupportedOnGpu(f"task grid '{g.name}' uses task kind '{g.kind}', which has no CUDA "
-                           "body yet")
-
-
 def kernel_name(p: Program, mode: str) -> str:
     return f"et_{p.name}_{mode}"
+
+
+class _Gen:
+    def __init__(self, p: Program):
+        self.p = p
+        self.tindex = {t.name: i for i, t in enumerate(p.tensors)}
+        self.ren = {s.name: sym.Sym(f"s_{s.name}", s.lo, s.hi) for s in p.symbols}
+
+    def c(self, e, ren=None) -> str:
+        return sym.as_expr(e).subs(ren or self.ren).to_c()
+
+    def sym_lines(self) -> list[str]:
+        return [f"    const long long s_{s.name} = ET_SYM({i});" for i, s in
+                enumerate(self.p.symbols)]
+
+    def load(self, ld: Load, ren) -> str:
+        """C expression of a scalar load from an int32 tensor."""
+        t = self.p.tensor(ld.tensor)
+        flat = "0"
+        for i, d in zip(ld.index, t.shape):
+            flat = f"({flat}) * ({self.c(d)}) + ({self.c(i, ren)})"
+        return f"((const int*)ET_TENSOR({self.tindex[ld.tensor]}))[{flat}]"
+
+    def value(self, v, ren) -> str:
+        return self.load(v, ren) if isinstance(v, Load) else self.c(v, ren)
+
+    def vector(self, ld: Load, ren) -> tuple[str, str]:
+        """(pointer to the first index, count) of a vector load along its one ':' dimension,
+        which must be the last (contiguous) one."""
+        t = self.p.tensor(ld.tensor)
+        if sum(isinstance(i, Full) for i in ld.index) != 1 or not isinstance(ld.index[-1], Full):
+            raise UnsupportedOnGpu(f"index load {ld} must select the last dimension of "
+                                   f"'{ld.tensor}' with ':'")
+        flat = "0"
+        for i, d in zip(ld.index, t.shape):
+            flat = f"({flat}) * ({self.c(d)}) + ({'0' if isinstance(i, Full) else self.c(i, ren)})"
+        return (f"((const int*)ET_TENSOR({self.tindex[ld.tensor]}) + ({flat}))",
+                self.c(t.shape[-1]))
+
+    def event_base(self, name: str) -> str:
+        terms = []
+        for e in self.p.events:
+            if e.name == name:
+                break
+            prod = "1"
+            for d in e.shape:
+                prod = f"({prod}) * ({self.c(d)})"
+            terms.append(prod)
+        return " + ".join(terms) or "0"
+
+    def element_loops(self, m: IndexMap, ev: EventDecl, ren, body: list[str],
+                      indent: str) -> list[str]:
+        """Nested loops over the event elements map `m` selects; `body` sees `x`."""
+        out, idx = [], []
+        for k, (d, size) in enumerate(zip(m.dims, ev.shape)):
+            v = f"e{k}"
+            if isinstance(d, Full):
+                out.append(f"{indent}for (long long {v} = 0; {v} < {self.c(size)}; ++{v}) {{")
+            elif isinstance(d, Span):
+                out.append(f"{indent}for (long long {v} = {self.value(d.start, ren)}; "
+                           f"{v} < {self.value(d.stop, ren)}; ++{v}) {{")
+            elif isinstance(d.value, Load) and d.value.is_vector:
+                ptr, n = self.vector(d.value, ren)
+                out.append(f"{indent}for (long long j{k} = 0; j{k} < {n}; ++j{k}) {{ "
+                           f"const long long {v} = {ptr}[j{k}];")
+            else:
+                out.append(f"{indent}{{ const long long {v} = {self.value(d.value, ren)};")
+            idx.append((v, size))
+            indent += "    "
+        flat = "0"
+        for v, size in idx:
+            flat = f"({flat}) * ({self.c(size)}) + {v}"
+        out.append(f"{indent}const int x = (int)({self.event_base(ev.name)} + {flat});")
+        out += [indent + b for b in body]
+        for _ in idx:
+            indent = indent[:-4]
+            out.append(f"{indent}}}")
+        return out
 
 
 def generate(p: Program, mode: str) -> str:
@@ -47,50 +127,27 @@ def generate(p: Program, mode: str) -> str:
     if mode not in GPU_MODES:
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")
-    for e in p.edges:
-        if e.kind == "trigger" or e.map.is_data_dependent:
-            raise UnsupportedOnGpu(f"{e.kind} edge {e.grid} -> {e.event} is data dependent; "
-                                   "the CUDA backend does not run data-dependent edges yet")
+    if mode == "dynamic":
+        for e in p.edges:
+            if e.kind == "trigger" or e.map.is_data_dependent:
+                raise UnsupportedOnGpu(f"{e.kind} edge {e.grid} -> {e.event} is data dependent; "
+                                       "the CUDA backend runs data-dependent edges in the "
+                                       "static and unfused modes only")
     if SYM_BASE + len(p.symbols) + len(p.tensors) > MAX_SLOTS:
         raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols and "
                                f"{len(p.tensors)} tensors; the launch arguments hold "
                                f"{MAX_SLOTS - SYM_BASE} of them")
-    tindex = {t.name: i for i, t in enumerate(p.tensors)}
-    ren = {s.name: sym.Sym(f"s_{s.name}", s.lo, s.hi) for s in p.symbols}
+    g = _Gen(p)
     out = [f"// eventtensor megakernel: program '{p.name}', {mode} schedule",
            f"// {len(p.grids)} task grids, {len(p.events)} event tensors, "
            f"{len(p.tensors)} tensors",
            sym.C_PRELUDE,
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/bodies.cuh"', "",
-           f"#define ET_TENSOR(i) (A[{SYM_BASE + len(p.symbols)} + (i)])", "",
-           "__device__ void et_run_task(const long long* A, const EtTask& task) {",
-           "    const int c[3] = {task.b.y, task.b.z, task.b.w};  // coordinates"]
-    out += [f"    const long long s_{s.name} = ET_SYM({i});  // symbol {s.name}"
-            for i, s in enumerate(p.symbols)]
-    out.append("    switch (task.a.x) {  // task grid")
-    for gi, g in enumerate(p.grids):
-        if len(g.axes) > 3:
-            raise UnsupportedOnGpu(f"task grid '{g.name}' has {len(g.axes)} axes; the CUDA "
-                                   "task record holds 3 coordinates")
-        for t in {r.tensor for r in g.reads + g.writes}:
-            if p.tensor(t).dtype != "float32":
-                raise UnsupportedOnGpu(f"task grid '{g.name}' touches tensor '{t}' of dtype "
-                                       f"{p.tensor(t).dtype}; the CUDA bodies take float32")
-        out.append(f"    case {gi}: {{  // task grid {g.name}, kind {g.kind}")
-        cren = {**ren, **{a: sym.Sym(f"c_{a}", 0, None) for a in g.axes}}
-        out += [f"        const long long c_{a} = c[{k}];" for k, a in enumerate(g.axes)]
-        regions = {("reads", r.tensor): r for r in g.reads}
-        regions.update({("writes", r.tensor): r for r in g.writes})
-        names = []
-        for k, (role, t) in enumerate(_body_args(g)):
-            names.append(f"t{k}")
-            out += _tile(f"t{k}", regions[(role, t)], p, tindex[t], cren, role)
-        out.append(f"        et_body_{g.kind}({', '.join(names)});")
-        out.append("        break;")
-        out.append("    }")
-    out += ["    }", "}", "",
-            f'extern "C" __global__ void __launch_bounds__(256) {kernel_name(p, mode)}'
+           f"#define ET_TENSOR(i) (A[{SYM_BASE + len(p.symbols)} + (i)])", ""]
+    out += _dispatch(g)
+    out += _extra_waits(g) + _extra_notifies(g) + _runtime_counts(g)
+    out += ["", f'extern "C" __global__ void __launch_bounds__(256) {kernel_name(p, mode)}'
             "(const long long* __restrict__ args) {",
             "    __shared__ long long A[ET_SLOTS];",
             "    for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x) A[i] = args[i];",
@@ -100,30 +157,163 @@ def generate(p: Program, mode: str) -> str:
     return "\n".join(out)
 
 
-def _c(e, ren) -> str:
-    return sym.as_expr(e).subs(ren).to_c()
+def _coords(grid: TaskGrid, g: _Gen) -> tuple[list[str], dict]:
+    if len(grid.axes) > 3:
+        raise UnsupportedOnGpu(f"task grid '{grid.name}' has {len(grid.axes)} axes; the CUDA "
+                               "task record holds 3 coordinates")
+    ren = {**g.ren, **{a: sym.Sym(f"c_{a}", 0, None) for a in grid.axes}}
+    lines = ["        const int c[3] = {task.b.y, task.b.z, task.b.w};"]
+    lines += [f"        const long long c_{a} = c[{k}];" for k, a in enumerate(grid.axes)]
+    return lines, ren
 
 
-def _tile(name: str, r: Region, p: Program, ti: int, ren, role: str) -> list[str]:
-    t = p.tensor(r.tensor)
-    shape = [_c(d, ren) for d in t.shape]
-    lo, n = [], []
+def _dispatch(g: _Gen) -> list[str]:
+    out = ["__device__ void et_run_task(const long long* A, const EtTask& task) {"]
+    out += g.sym_lines()
+    out.append("    switch (task.a.x) {  // task grid")
+    for gi, grid in enumerate(g.p.grids):
+        if grid.kind not in BODIES:
+            raise UnsupportedOnGpu(f"task grid '{grid.name}' uses task kind '{grid.kind}', "
+                                   "which has no CUDA body yet")
+        out.append(f"    case {gi}: {{  // task grid {grid.name}, kind {grid.kind}")
+        lines, ren = _coords(grid, g)
+        out += lines
+        regions = {("reads", r.tensor): r for r in grid.reads}
+        regions.update({("writes", r.tensor): r for r in grid.writes})
+        args = []
+        spec, params = BODIES[grid.kind]
+        for k, (role, which) in enumerate(spec):
+            tensor = _tensor_of(grid, role, which)
+            if (role, tensor) not in regions:
+                raise UnsupportedOnGpu(f"task grid '{grid.name}' ({grid.kind}) must {role[:-1]} "
+                                       f"tensor '{tensor}'")
+            out += _tile(f"t{k}", regions[(role, tensor)], g, ren, role)
+            args.append(f"t{k}")
+        args += [str(int(grid.param_dict[name])) for name in params]  # type: ignore[arg-type]
+        out.append(f"        et_body_{grid.kind}({', '.join(args)});")
+        out += ["        break;", "    }"]
+    out += ["    }", "}", ""]
+    return out
+
+
+def _tensor_of(grid: TaskGrid, role: str, which: str) -> str:
+    if which.startswith("#"):
+        names = [r.tensor for r in (grid.reads if role == "reads" else grid.writes)]
+        if len(names) != 1:
+            raise UnsupportedOnGpu(f"task grid '{grid.name}': a {grid.kind} task {role} exactly "
+                                   "one tensor")
+        return names[0]
+    if which.startswith("@"):
+        return str(grid.param_dict[which[1:]])
+    return which
+
+
+def _tile(name: str, r: Region, g: _Gen, ren, role: str) -> list[str]:
+    t = g.p.tensor(r.tensor)
+    if t.dtype not in CTYPE:
+        raise UnsupportedOnGpu(f"tensor '{t.name}' has dtype {t.dtype}; the CUDA bodies take "
+                               f"{', '.join(CTYPE)}")
+    ctype, tile_t = CTYPE[t.dtype]
+    shape = [g.c(d) for d in t.shape]
+    lo, n, idx = [], [], []
     for d, size in zip(r.map.dims, shape):
         if isinstance(d, Full):
-            lo.append("0")
-            n.append(size)
-        elif isinstance(d, Index):
-            lo.append(_c(d.value, ren))
-            n.append("1")
+            lo.append("0"), n.append(size), idx.append("nullptr")
+        elif isinstance(d, Span):
+            a, b = g.value(d.start, ren), g.value(d.stop, ren)
+            lo.append(a), n.append(f"({b}) - ({a})"), idx.append("nullptr")
+        elif isinstance(d.value, Load) and d.value.is_vector:
+            ptr, cnt = g.vector(d.value, ren)
+            lo.append("0"), n.append(cnt), idx.append(ptr)
         else:
-            assert isinstance(d, Span)
-            a, b = _c(d.start, ren), _c(d.stop, ren)
-            lo.append(a)
-            n.append(f"({b}) - ({a})")
+            lo.append(g.value(d.value, ren)), n.append("1"), idx.append("nullptr")
     rank = len(shape)
     return [f"        // {role} {r.tensor}[{', '.join(str(d) for d in r.map.dims)}]",
             f"        const long long {name}_shape[{rank}] = {{{', '.join(shape)}}};",
             f"        const long long {name}_lo[{rank}] = {{{', '.join(lo)}}};",
             f"        const long long {name}_n[{rank}] = {{{', '.join(n)}}};",
-            f"        const EtTile {name} = et_tile((float*)ET_TENSOR({ti}), {rank}, "
-            f"{name}_shape, {name}_lo, {name}_n);"]
+            f"        const int* const {name}_idx[{rank}] = {{{', '.join(idx)}}};",
+            f"        const {tile_t} {name} = et_tile(({ctype}*)ET_TENSOR({g.tindex[r.tensor]}), "
+            f"{rank}, {name}_shape, {name}_lo, {name}_n, {name}_idx);"]
+
+
+def _dd_edges(g: _Gen, grid: TaskGrid, kind: str) -> list[Edge]:
+    return [e for e in g.p.edges_of(grid=grid.name, kind=kind)  # type: ignore[arg-type]
+            if kind == "trigger" or e.map.is_data_dependent]
+
+
+def _extra_waits(g: _Gen) -> list[str]:
+    out = ["__device__ int et_extra_waits(const long long* A, const EtTask& task) {"]
+    out += g.sym_lines()
+    out.append("    switch (task.a.x) {")
+    for gi, grid in enumerate(g.p.grids):
+        waits, trig = _dd_edges(g, grid, "wait"), _dd_edges(g, grid, "trigger")
+        if not waits and not trig:
+            continue
+        out.append(f"    case {gi}: {{  // task grid {grid.name}")
+        lines, ren = _coords(grid, g)
+        out += lines
+        for e in waits:
+            out.append(f"        // wait {e.event}[{e.map}]")
+            out += g.element_loops(e.map, g.p.event(e.event), ren,
+                                   ["if (!et_wait_elem(A, task.id, x)) return 0;"], "        ")
+        for e in trig:
+            ev = g.p.event(e.event)
+            eren = {**g.ren, **{a: sym.Sym(f"e{k}", 0, None) for k, a in enumerate(ev.axes)}}
+            span = e.map.dims[0]
+            assert isinstance(span, Span)
+            out.append(f"        {{  // trigger {e.event} -> {e.map}: find the element")
+            out.append("            int found = -1;")
+            body = [f"const long long lo = {g.value(span.start, eren)}, "
+                    f"hi = {g.value(span.stop, eren)};",
+                    f"if (c_{grid.axes[0]} >= lo && c_{grid.axes[0]} < hi) found = x;"]
+            out += g.element_loops(IndexMap(ev.axes, tuple(Full() for _ in ev.shape)), ev,
+                                   eren, body, "            ")
+            out += ["            if (found < 0) return 2;  // guarded",
+                    "            if (!et_wait_elem(A, task.id, found)) return 0;", "        }"]
+        out += ["        break;", "    }"]
+    out += ["    }", "    return 1;", "}", ""]
+    return out
+
+
+def _extra_notifies(g: _Gen) -> list[str]:
+    out = ["__device__ void et_extra_notifies(const long long* A, const EtTask& task) {"]
+    out += g.sym_lines()
+    out.append("    switch (task.a.x) {")
+    for gi, grid in enumerate(g.p.grids):
+        notes = _dd_edges(g, grid, "notify")
+        if not notes:
+            continue
+        out.append(f"    case {gi}: {{  // task grid {grid.name}")
+        lines, ren = _coords(grid, g)
+        out += lines
+        for e in notes:
+            out.append(f"        // notify {e.event}[{e.map}]")
+            out += g.element_loops(e.map, g.p.event(e.event), ren,
+                                   ["et_notify_elem(A, x);"], "        ")
+        out += ["        break;", "    }"]
+    out += ["    }", "}", ""]
+    return out
+
+
+def _runtime_counts(g: _Gen) -> list[str]:
+    out = ["__device__ long long et_runtime_count(const long long* A, int x) {"]
+    out += g.sym_lines()
+    for ev in g.p.events:
+        ld = ev.runtime_count
+        if ld is None:
+            continue
+        base = g.event_base(ev.name)
+        size = " * ".join(f"({g.c(d)})" for d in ev.shape) or "1"
+        out.append(f"    if (x >= {base} && x < {base} + {size}) {{  // {ev.name}: "
+                   f"{ev.wait_count}")
+        out.append(f"        long long r = x - ({base});")
+        eren = dict(g.ren)
+        for k in reversed(range(len(ev.shape))):
+            out.append(f"        const long long e{k} = r % ({g.c(ev.shape[k])}); "
+                       f"r /= ({g.c(ev.shape[k])});")
+            eren[ev.axes[k]] = sym.Sym(f"e{k}", 0, None)
+        out.append(f"        return {g.load(ld, eren)};")
+        out.append("    }")
+    out += ["    return 0;", "}", ""]
+    return out

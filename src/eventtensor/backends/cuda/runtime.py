@@ -120,6 +120,8 @@ class Megakernel:
             "push_ptr": i32(t.push_ptr), "push_task": i32(t.push_task),
             "queue": torch.full((max(n_dyn, 1),), -1, dtype=torch.int32, device=dev),
             "head_tail_done": torch.zeros(3, dtype=torch.int32, device=dev),
+            "skip_ptr": i32(t.skip_ptr), "skip_elem": i32(t.skip_elem if t.skip_elem.size
+                                                           else np.zeros(1)),
             "err": torch.zeros(8, dtype=torch.int64, device=dev),
             "abort": torch.zeros(1, dtype=torch.int32, device=dev),
         }
@@ -131,9 +133,9 @@ class Megakernel:
     # ------------------------------------------------------------------ launch
     def launch(self, env: Mapping[str, int], tensors: Mapping[str, object], stream=None,
                profile: bool = False, tables: Tables | None = None) -> _State:
-        """Launch for binding `env`; `tensors` maps every input name to a CUDA float32 tensor
-        of its shape; outputs and temps are allocated when missing (returned in
-        `state.arrays['tensors']`)."""
+        """Launch for binding `env`; `tensors` maps every input name to a contiguous CUDA
+        tensor of its shape (float32, or int32 for int32 tensors); outputs and temps are
+        allocated when missing (returned in `state.arrays['tensors']`)."""
         self._function()
         torch = self.torch
         st = self._state(env, tables)
@@ -141,17 +143,17 @@ class Megakernel:
         tens = {}
         for tdecl in self.program.tensors:
             shape = b.tensor_shapes[tdecl.name]
+            dtype = torch.int32 if tdecl.dtype == "int32" else torch.float32
             x = tensors.get(tdecl.name)
             if x is None:
                 if tdecl.role == "input":
                     raise ValueError(f"input tensor '{tdecl.name}' was not given")
                 x = st.owned.get(tdecl.name)
                 if x is None:  # allocated once per binding, reused by later launches
-                    x = st.owned[tdecl.name] = torch.empty(shape, dtype=torch.float32,
-                                                           device="cuda")
-            if tuple(x.shape) != shape or x.dtype != torch.float32 or not x.is_cuda \
+                    x = st.owned[tdecl.name] = torch.empty(shape, dtype=dtype, device="cuda")
+            if tuple(x.shape) != shape or x.dtype != dtype or not x.is_cuda \
                     or not x.is_contiguous():
-                raise ValueError(f"tensor '{tdecl.name}' must be a contiguous CUDA float32 "
+                raise ValueError(f"tensor '{tdecl.name}' must be a contiguous CUDA {dtype} "
                                  f"tensor of shape {shape}, got {tuple(x.shape)} {x.dtype} "
                                  f"on {x.device}")
             tens[tdecl.name] = x
@@ -177,6 +179,7 @@ class Megakernel:
         slots[24], slots[25] = b.num_elements, self.watchdog_ns
         slots[26] = prof.data_ptr() if prof is not None else 0
         slots[27] = b.num_tasks
+        slots[28], slots[29] = a["skip_ptr"].data_ptr(), a["skip_elem"].data_ptr()
         for i, s in enumerate(self.program.symbols):
             slots[SYM_BASE + i] = b.env[s.name]
         for i, tdecl in enumerate(self.program.tensors):

@@ -3,22 +3,30 @@
 // accumulation).
 #pragma once
 
-struct EtTile {
-    float* p;
+template <typename T>
+struct EtTileT {
+    T* p;
     int rank;
-    long long n[4];   // extent per dimension
-    long long s[4];   // stride per dimension, in elements
+    long long n[4];       // extent per dimension
+    long long s[4];       // stride per dimension, in elements
+    const int* idx[4];    // per dimension: positions read from an index tensor, or null
 };
+typedef EtTileT<float> EtTile;
+typedef EtTileT<int> EtITile;
 
-// Row-major tensor `base` of shape `shape` (rank r), region starting at `lo` with extents `n`.
-__device__ __forceinline__ EtTile et_tile(float* base, int r, const long long* shape,
-                                          const long long* lo, const long long* n) {
-    EtTile t;
+// Row-major tensor `base` of shape `shape` (rank r), region starting at `lo` with extents `n`;
+// a dimension with idx[d] set selects the positions idx[d][0 .. n[d]) instead.
+template <typename T>
+__device__ __forceinline__ EtTileT<T> et_tile(T* base, int r, const long long* shape,
+                                              const long long* lo, const long long* n,
+                                              const int* const* idx) {
+    EtTileT<T> t;
     t.rank = r;
     long long stride = 1, off = 0;
     for (int d = r - 1; d >= 0; --d) {
         t.n[d] = n[d];
         t.s[d] = stride;
+        t.idx[d] = idx[d];
         off += lo[d] * stride;
         stride *= shape[d];
     }
@@ -26,19 +34,26 @@ __device__ __forceinline__ EtTile et_tile(float* base, int r, const long long* s
     return t;
 }
 
+template <typename T>
+__device__ __forceinline__ long long et_off(const EtTileT<T>& t, int d, int i) {
+    return (long long)(t.idx[d] ? t.idx[d][i] : i) * t.s[d];
+}
+
 // Element `i` of the tile flattened over its first `dims` dimensions, at offset `last` in
 // the dimension after them. Index math in 32 bits (tiles are far below 2^31 elements).
-__device__ __forceinline__ float* et_at(const EtTile& t, int i, int dims, long long last) {
+template <typename T>
+__device__ __forceinline__ T* et_at(const EtTileT<T>& t, int i, int dims, int last) {
     long long off = 0;
     for (int d = dims - 1; d >= 0; --d) {
         int n = (int)t.n[d];
-        off += (long long)(i % n) * t.s[d];
+        off += et_off(t, d, i % n);
         i /= n;
     }
-    return t.p + off + (dims < t.rank ? last * t.s[dims] : 0);
+    return t.p + off + (dims < t.rank ? et_off(t, dims, last) : 0);
 }
 
-__device__ __forceinline__ int et_count(const EtTile& t, int dims) {
+template <typename T>
+__device__ __forceinline__ int et_count(const EtTileT<T>& t, int dims) {
     long long c = 1;
     for (int d = 0; d < dims; ++d) c *= t.n[d];
     return (int)c;
@@ -46,8 +61,9 @@ __device__ __forceinline__ int et_count(const EtTile& t, int dims) {
 
 // Offset in `src` of the element of a result of shape src.n (rank src_rank, right-aligned
 // against out's dimensions, size-1 dimensions broadcast) that out's element `e` receives.
-__device__ __forceinline__ long long et_bcast(const EtTile& src, int src_rank, const EtTile& out,
-                                              int e) {
+template <typename S, typename O>
+__device__ __forceinline__ long long et_bcast(const EtTileT<S>& src, int src_rank,
+                                              const EtTileT<O>& out, int e) {
     long long off = 0;
     int shift = out.rank - src_rank;
     for (int d = out.rank - 1; d >= 0; --d) {
@@ -55,7 +71,7 @@ __device__ __forceinline__ long long et_bcast(const EtTile& src, int src_rank, c
         int i = e % n;
         e /= n;
         int sd = d - shift;
-        if (sd >= 0 && src.n[sd] != 1) off += (long long)i * src.s[sd];
+        if (sd >= 0 && src.n[sd] != 1) off += et_off(src, sd, i);
     }
     return off;
 }
@@ -69,7 +85,7 @@ __device__ void et_body_row_sum(const EtTile& x, const EtTile& out) {
     for (int e = threadIdx.x; e < cells; e += blockDim.x) {
         const float* p = x.p + et_bcast(rows, x.rank, out, e);
         float acc = 0.f;
-        for (long long j = 0; j < k; ++j) acc += p[j * x.s[x.rank - 1]];
+        for (int j = 0; j < k; ++j) acc += p[et_off(x, x.rank - 1, j)];
         *et_at(out, e, out.rank, 0) = acc;
     }
 }
@@ -78,11 +94,13 @@ __device__ void et_body_row_sum(const EtTile& x, const EtTile& out) {
 __device__ void et_body_sum_partials(const EtTile& p, const EtTile& out) {
     int cells = et_count(out, out.rank);
     EtTile inner = p;  // p without its first axis
-    for (int d = 0; d + 1 < p.rank; ++d) { inner.n[d] = p.n[d + 1]; inner.s[d] = p.s[d + 1]; }
+    for (int d = 0; d + 1 < p.rank; ++d) {
+        inner.n[d] = p.n[d + 1]; inner.s[d] = p.s[d + 1]; inner.idx[d] = p.idx[d + 1];
+    }
     for (int e = threadIdx.x; e < cells; e += blockDim.x) {
         const float* q = p.p + et_bcast(inner, p.rank - 1, out, e);
         float acc = 0.f;
-        for (long long s = 0; s < p.n[0]; ++s) acc += q[s * p.s[0]];
+        for (int s = 0; s < p.n[0]; ++s) acc += q[et_off(p, 0, s)];
         *et_at(out, e, out.rank, 0) = acc;
     }
 }
@@ -94,8 +112,116 @@ __device__ void et_body_gemm_partial(const EtTile& x, const EtTile& w, const EtT
     for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
         int r = e / cols, c = e % cols;
         float acc = 0.f;
-        for (long long j = 0; j < k; ++j)
-            acc += x.p[r * x.s[0] + j * x.s[1]] * w.p[j * w.s[0] + c * w.s[1]];
-        out.p[r * out.s[out.rank - 2] + c * out.s[out.rank - 1]] = acc;
+        for (int j = 0; j < k; ++j)
+            acc += x.p[et_off(x, 0, r) + et_off(x, 1, j)] * w.p[et_off(w, 0, j) + et_off(w, 1, c)];
+        out.p[et_off(out, out.rank - 2, r) + et_off(out, out.rank - 1, c)] = acc;
+    }
+}
+
+// ------------------------------------------------------------------ toy MoE (paper example 3)
+
+// moe_router: top-k experts of one token by logit (ties: lower expert first), softmax weights
+__device__ void et_body_moe_router(const EtTile& x, const EtTile& w, const EtITile& ids,
+                                   const EtTile& wts, int top_k) {
+    __shared__ float logit[256];
+    int d = (int)x.n[1], experts = (int)w.n[1];
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < d; ++j) acc += x.p[et_off(x, 1, j)] * w.p[et_off(w, 0, j) + et_off(w, 1, e)];
+        logit[e] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int chosen[8];
+        float val[8], top = 0.f, sum = 0.f;
+        for (int k = 0; k < top_k; ++k) {
+            int best = -1;
+            for (int e = 0; e < experts; ++e) {
+                bool used = false;
+                for (int q = 0; q < k; ++q) used |= chosen[q] == e;
+                if (!used && (best < 0 || logit[e] > logit[best])) best = e;
+            }
+            chosen[k] = best;
+            val[k] = logit[best];
+        }
+        top = val[0];
+        for (int k = 0; k < top_k; ++k) sum += expf(val[k] - top);
+        for (int k = 0; k < top_k; ++k) {
+            ids.p[et_off(ids, 1, k)] = chosen[k];
+            wts.p[et_off(wts, 1, k)] = expf(val[k] - top) / sum;
+        }
+    }
+}
+
+// moe_scan: group (token, k) pairs by expert; counts, tile counts, tile index pointer, each
+// tile's expert and slot range, each pair's slot (token-major order within an expert)
+__device__ void et_body_moe_scan(const EtITile& ids, const EtITile& counts, const EtITile& tiles,
+                                 const EtITile& indptr, const EtITile& tile_expert,
+                                 const EtITile& tile_lo, const EtITile& tile_hi,
+                                 const EtITile& slot, int experts, int tile_m) {
+    if (threadIdx.x != 0) return;
+    int tokens = (int)ids.n[0], k = (int)ids.n[1], max_tiles = (int)tile_expert.n[0];
+    int cnt[64], off[65], fill[64];
+    for (int e = 0; e < experts; ++e) cnt[e] = 0;
+    for (int t = 0; t < tokens; ++t)
+        for (int q = 0; q < k; ++q) cnt[ids.p[et_off(ids, 0, t) + et_off(ids, 1, q)]] += 1;
+    off[0] = 0;
+    int tiles_so_far = 0;
+    for (int i = 0; i < max_tiles; ++i) {
+        tile_expert.p[et_off(tile_expert, 0, i)] = 0;
+        tile_lo.p[et_off(tile_lo, 0, i)] = 0;
+        tile_hi.p[et_off(tile_hi, 0, i)] = 0;
+    }
+    indptr.p[et_off(indptr, 0, 0)] = 0;
+    for (int e = 0; e < experts; ++e) {
+        int nt = (cnt[e] + tile_m - 1) / tile_m;
+        off[e + 1] = off[e] + cnt[e];
+        counts.p[et_off(counts, 0, e)] = cnt[e];
+        tiles.p[et_off(tiles, 0, e)] = nt;
+        for (int q = 0; q < nt; ++q) {
+            int i = tiles_so_far + q;
+            tile_expert.p[et_off(tile_expert, 0, i)] = e;
+            tile_lo.p[et_off(tile_lo, 0, i)] = off[e] + q * tile_m;
+            int hi = off[e] + (q + 1) * tile_m;
+            tile_hi.p[et_off(tile_hi, 0, i)] = hi < off[e] + cnt[e] ? hi : off[e] + cnt[e];
+        }
+        tiles_so_far += nt;
+        indptr.p[et_off(indptr, 0, e + 1)] = tiles_so_far;
+        fill[e] = off[e];
+    }
+    for (int t = 0; t < tokens; ++t)
+        for (int q = 0; q < k; ++q) {
+            int e = ids.p[et_off(ids, 0, t) + et_off(ids, 1, q)];
+            slot.p[et_off(slot, 0, t) + et_off(slot, 1, q)] = fill[e]++;
+        }
+}
+
+// moe_gather: the token's row copied to each of its slots
+__device__ void et_body_moe_gather(const EtTile& x, const EtTile& xs) {
+    int cells = et_count(xs, xs.rank);
+    for (int e = threadIdx.x; e < cells; e += blockDim.x)
+        *et_at(xs, e, xs.rank, 0) = x.p[et_bcast(x, x.rank, xs, e)];
+}
+
+// moe_expert_gemm: ys rows = SiLU(xs rows @ W[expert])
+__device__ void et_body_moe_expert_gemm(const EtTile& xs, const EtTile& w, const EtTile& ys) {
+    int rows = (int)xs.n[0], d = (int)xs.n[1], f = (int)w.n[2];
+    for (int e = threadIdx.x; e < rows * f; e += blockDim.x) {
+        int r = e / f, c = e % f;
+        float acc = 0.f;
+        for (int j = 0; j < d; ++j)
+            acc += xs.p[et_off(xs, 0, r) + et_off(xs, 1, j)] * w.p[et_off(w, 1, j) + et_off(w, 2, c)];
+        ys.p[et_off(ys, 0, r) + et_off(ys, 1, c)] = acc / (1.f + expf(-acc));
+    }
+}
+
+// moe_combine: out = sum over k of weight k * ys row of slot k
+__device__ void et_body_moe_combine(const EtTile& ys, const EtTile& w, const EtTile& out) {
+    int k = (int)ys.n[0], f = (int)ys.n[1];
+    for (int c = threadIdx.x; c < f; c += blockDim.x) {
+        float acc = 0.f;
+        for (int q = 0; q < k; ++q)
+            acc += w.p[et_off(w, 1, q)] * ys.p[et_off(ys, 0, q) + et_off(ys, 1, c)];
+        out.p[et_off(out, 1, c)] = acc;
     }
 }

@@ -109,6 +109,8 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_WATCHDOG_NS ((u64)A[25])
 #define ET_PROF ((u64*)(A[26]))
 #define ET_NUM_TASKS ((int)A[27])
+#define ET_SKIP_PTR ET_I32(28)
+#define ET_SKIP_ELEM ET_I32(29)
 #define ET_SYM(i) (A[32 + (i)])
 
 // One task's record, packed on the host: {grid, wait_lo, wait_hi, notify_lo} and
@@ -125,7 +127,30 @@ __device__ __forceinline__ EtTask et_load_task(const long long* A, int t) {
     return r;
 }
 
-__device__ void et_run_task(const long long* A, const EtTask& task);  // generated switch
+// Generated per program (codegen.py):
+__device__ void et_run_task(const long long* A, const EtTask& task);  // the dispatch switch
+// Thread 0, after the table waits: data-dependent waits and the trigger of `task`.
+// Returns 1 to run the body, 2 if the task is guarded (no trigger range holds it), 0 on abort.
+__device__ int et_extra_waits(const long long* A, const EtTask& task);
+// Thread 0, after the body: data-dependent notifies of `task`.
+__device__ void et_extra_notifies(const long long* A, const EtTask& task);
+// Wait count of element x whose count is read at run time from a tensor (table value -1).
+__device__ long long et_runtime_count(const long long* A, int x);
+
+__device__ __forceinline__ long long et_target(const long long* A, int x) {
+    long long c = ET_TARGET[x];
+    return c >= 0 ? c : et_runtime_count(A, x);
+}
+
+// Thread 0: wait until element x reached its wait count.
+__device__ __forceinline__ bool et_wait_elem(const long long* A, int task, int x) {
+    return et_wait(&ET_COUNTER[x], ET_SHIFT[x], et_target(A, x), task, x, ET_ERR, ET_ABORT,
+                   ET_WATCHDOG_NS);
+}
+
+__device__ __forceinline__ void et_notify_elem(const long long* A, int x) {
+    et_red_release_add(&ET_COUNTER[x], 1ull << ET_SHIFT[x]);
+}
 
 // Thread 0: a consumer lost its last pending dependency -> push it.
 __device__ __forceinline__ void et_push(const long long* A, int task) {
@@ -148,10 +173,11 @@ __device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_
     __shared__ int s_ok;
     if (threadIdx.x == 0) {
         int ok = 1;
-        for (int i = cur.a.y; i < cur.a.z && ok; ++i) {
-            int x = ET_WAIT_ELEM[i];
-            ok = et_wait(&ET_COUNTER[x], ET_SHIFT[x], ET_TARGET[x], cur.id, x, ET_ERR, ET_ABORT,
-                         ET_WATCHDOG_NS);
+        for (int i = cur.a.y; i < cur.a.z && ok; ++i) ok = et_wait_elem(A, cur.id, ET_WAIT_ELEM[i]);
+        if (ok) ok = et_extra_waits(A, cur);
+        if (ok == 2) {  // guarded: no body; barrier-style notifies still arrive
+            for (int i = ET_SKIP_PTR[cur.id]; i < ET_SKIP_PTR[cur.id + 1]; ++i)
+                et_notify_elem(A, ET_SKIP_ELEM[i]);
         }
         s_ok = ok;
         s_task = cur;
@@ -159,6 +185,10 @@ __device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_
     }
     __syncthreads();
     if (!s_ok) return false;
+    if (s_ok == 2) {
+        if (threadIdx.x == 0) cur = et_load_task(A, next);
+        return true;
+    }
     EtTask t = s_task;
     EtTask pre;
     if (threadIdx.x == 0) pre = et_load_task(A, next);  // overlaps the body
@@ -177,6 +207,7 @@ __device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_
                 if ((long long)old + 1 == ET_TARGET[x]) et_release_consumers(A, x);
             }
         }
+        et_extra_notifies(A, t);
         if (ET_PROF) { ET_PROF[4 * t.id + 2] = et_globaltimer(); ET_PROF[4 * t.id + 3] = blockIdx.x; }
         cur = pre;
     }
