@@ -48,6 +48,27 @@ class _State:
         self.owned = {}
 
 
+EARLY_BIT, PUSH_BIT, ELEM_LIMIT = 1 << 30, 1 << 29, 1 << 29
+
+
+def _wait_records(t: Tables) -> np.ndarray:
+    """Per wait entry {element | early << 30, wait count (-1: read at run time)}."""
+    x = t.wait_elem
+    if t.bound.num_elements >= ELEM_LIMIT or (t.target >= 2 ** 31).any():
+        raise ValueError(f"program '{t.program.name}' has too many event elements or too "
+                         "large a wait count for the CUDA task tables")
+    rec = np.stack([x | np.where(t.early[x], EARLY_BIT, 0), t.target[x]], axis=1)
+    return rec if rec.size else np.zeros((1, 2), np.int64)
+
+
+def _notify_records(t: Tables) -> np.ndarray:
+    """Per notify entry: element | early << 30 | (element has a push list) << 29."""
+    x = t.notify_elem
+    pushes = np.diff(t.push_ptr)[x] > 0
+    rec = x | np.where(t.early[x], EARLY_BIT, 0) | np.where(pushes, PUSH_BIT, 0)
+    return rec if rec.size else np.zeros(1, np.int64)
+
+
 class Megakernel:
     """One program compiled for one scheduling mode, launchable for any binding."""
 
@@ -111,8 +132,8 @@ class Megakernel:
         arrays = {
             "queue_ptr": i32(t.queue_ptr), "queue_task": i32(t.queue_task),
             "task_rec": i32(rec if b.num_tasks else np.zeros((1, 8))),
-            "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(t.wait_elem),
-            "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(t.notify_elem),
+            "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(_wait_records(t)),
+            "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(_notify_records(t)),
             "target": torch.as_tensor(t.target, device=dev),
             "counter": torch.zeros(max(b.num_elements, 1), dtype=torch.int64, device=dev),
             "shift": i32(np.where(t.early, 16, 0)),

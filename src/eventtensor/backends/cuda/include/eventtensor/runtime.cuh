@@ -86,9 +86,12 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_QUEUE_TASK ET_I32(1)
 #define ET_TASK_REC ((const int4*)(A[2]))   // per task: 2 x int4, see EtTask
 #define ET_WAIT_PTR ET_I32(4)
-#define ET_WAIT_ELEM ET_I32(5)
+#define ET_WAIT_REC ((const int2*)(A[5]))  // per wait: {element | early << 30, wait count}
 #define ET_NOTIFY_PTR ET_I32(6)
-#define ET_NOTIFY_ELEM ET_I32(7)
+#define ET_NOTIFY_REC ET_I32(7)  // per notify: element | early << 30 | has pushes << 29
+#define ET_ELEM_MASK 0x1fffffff
+#define ET_EARLY_BIT (1 << 30)
+#define ET_PUSH_BIT (1 << 29)
 #define ET_TARGET ((const long long*)(A[8]))
 #define ET_COUNTER ((u64*)(A[9]))
 #define ET_SHIFT ET_I32(10)          // per element: 16 for early-push elements, else 0
@@ -173,7 +176,13 @@ __device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_
     __shared__ int s_ok;
     if (threadIdx.x == 0) {
         int ok = 1;
-        for (int i = cur.a.y; i < cur.a.z && ok; ++i) ok = et_wait_elem(A, cur.id, ET_WAIT_ELEM[i]);
+        for (int i = cur.a.y; i < cur.a.z && ok; ++i) {
+            int2 w = ET_WAIT_REC[i];
+            int x = w.x & ET_ELEM_MASK;
+            ok = et_wait(&ET_COUNTER[x], (w.x & ET_EARLY_BIT) ? 16 : 0,
+                         w.y >= 0 ? (long long)w.y : et_runtime_count(A, x), cur.id, x, ET_ERR,
+                         ET_ABORT, ET_WATCHDOG_NS);
+        }
         if (ok) ok = et_extra_waits(A, cur);
         if (ok == 2) {  // guarded: no body; barrier-style notifies still arrive
             for (int i = ET_SKIP_PTR[cur.id]; i < ET_SKIP_PTR[cur.id + 1]; ++i)
@@ -191,20 +200,24 @@ __device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_
     }
     EtTask t = s_task;
     EtTask pre;
-    if (threadIdx.x == 0) pre = et_load_task(A, next);  // overlaps the body
+    int nrec[4];
+    if (threadIdx.x == 0) {  // loads that overlap the body: next task, this task's notifies
+        pre = et_load_task(A, next);
+        for (int k = 0; k < 4 && t.a.w + k < t.b.x; ++k) nrec[k] = ET_NOTIFY_REC[t.a.w + k];
+    }
     et_run_task(A, t);
     __syncthreads();
     if (threadIdx.x == 0) {  // bar.sync above + release below publish the CTA's stores
         for (int i = t.a.w; i < t.b.x; ++i) {
-            int x = ET_NOTIFY_ELEM[i];
-            int shift = ET_SHIFT[x];
-            if (shift) {                       // early push: consumers already released
-                et_red_release_add(&ET_COUNTER[x], 1ull << shift);
-            } else if (ET_PUSH_PTR[x] == ET_PUSH_PTR[x + 1]) {  // nobody to push
+            int r = i - t.a.w < 4 ? nrec[i - t.a.w] : ET_NOTIFY_REC[i];
+            int x = r & ET_ELEM_MASK;
+            if (r & ET_EARLY_BIT) {            // early push: consumers already released
+                et_red_release_add(&ET_COUNTER[x], 1ull << 16);
+            } else if (!(r & ET_PUSH_BIT)) {   // nobody to push
                 et_red_release_add(&ET_COUNTER[x], 1ull);
             } else {
                 u64 old = et_atom_release_add(&ET_COUNTER[x], 1ull);
-                if ((long long)old + 1 == ET_TARGET[x]) et_release_consumers(A, x);
+                if ((long long)old + 1 == et_target(A, x)) et_release_consumers(A, x);
             }
         }
         et_extra_notifies(A, t);
@@ -268,8 +281,9 @@ __device__ void et_dynamic_loop(const long long* A) {
                 if (task >= 0) {  // dispatch: count it on early-push elements it notifies
                     EtTask r = et_load_task(A, task);
                     for (int i = r.a.w; i < r.b.x; ++i) {
-                        int x = ET_NOTIFY_ELEM[i];
-                        if (!ET_SHIFT[x]) continue;
+                        int r = ET_NOTIFY_REC[i];
+                        if (!(r & ET_EARLY_BIT)) continue;
+                        int x = r & ET_ELEM_MASK;
                         u64 old = atomicAdd(&ET_COUNTER[x], 1ull);
                         if ((long long)(old & 0xFFFFull) + 1 == ET_TARGET[x])
                             et_release_consumers(A, x);
