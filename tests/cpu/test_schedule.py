@@ -74,7 +74,7 @@ def test_checker_rejects_missing_or_duplicate_tasks(broken, message):
 def imbalanced_program():
     """Two independent grids: 2 heavy tasks and 4 light ones, then a join."""
     pb = ProgramBuilder("imbalanced")
-    pb.input("H", (2, 4096))
+    pb.input("H", (2, 1 << 20))
     pb.input("L", (4, 4))
     pb.temp("h", (2, 1))
     pb.temp("l", (4, 1))

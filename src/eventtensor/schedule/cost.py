@@ -30,7 +30,9 @@ class Cost:
 @dataclass(frozen=True)
 class CostModel:
     """H200 constants. Measured: bandwidth (device-to-device copy), dependent hop (acquire spin
-    plus release add between CTAs), 132-CTA barrier, dynamic queue pop amortised over many pops.
+    plus release add between CTAs), 132-CTA barrier, dynamic queue pop amortised over many pops,
+    the per-task floor (profiled megakernel: the smallest tiles take about 1.8 us, see
+    benchmarks/results/megakernel_bench.md).
     Estimated: one SM's own bandwidth ceiling, static dispatch, push and pop latency."""
 
     num_sms: int = 132
@@ -43,11 +45,14 @@ class CostModel:
     pop_us: float = 0.5                 # dynamic queue pop: atomic ticket + record load (estimate)
     push_us: float = 0.3                # one batch push: ticket for n slots (estimate)
     queue_per_task_us: float = 0.0027   # each queued task, amortised (measured)
+    task_floor_us: float = 1.8          # smallest tiles on our megakernel (measured profile)
 
     def task_us(self, cost: Cost, active_sms: int) -> float:
-        """Duration of one task while `active_sms` SMs share the memory system."""
+        """Duration of one task while `active_sms` SMs share the memory system: its bytes
+        and flops at the SM's share, but never below the measured per-task floor."""
         share = min(self.sm_bandwidth, self.bandwidth / max(active_sms, 1))
-        return max(cost.bytes / share, cost.flops / (self.flops / self.num_sms)) * 1e6
+        return max(self.task_floor_us,
+                   max(cost.bytes / share, cost.flops / (self.flops / self.num_sms)) * 1e6)
 
 
 def region_shape(p: Program, g: TaskGrid, r: Region, env: Mapping[str, int],
