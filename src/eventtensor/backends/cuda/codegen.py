@@ -146,7 +146,7 @@ def generate(p: Program, mode: str) -> str:
            '#include "eventtensor/bodies.cuh"', "",
            f"#define ET_TENSOR(i) (A[{SYM_BASE + len(p.symbols)} + (i)])", ""]
     out += _dispatch(g)
-    out += _extra_waits(g) + _extra_notifies(g) + _runtime_counts(g)
+    out += _prefetch(g) + _extra_waits(g) + _extra_notifies(g) + _runtime_counts(g)
     out += ["", f'extern "C" __global__ void __launch_bounds__(256) {kernel_name(p, mode)}'
             "(const long long* __restrict__ args) {",
             "    __shared__ long long A[ET_SLOTS];",
@@ -235,6 +235,28 @@ def _tile(name: str, r: Region, g: _Gen, ren, role: str) -> list[str]:
             f"        const int* const {name}_idx[{rank}] = {{{', '.join(idx)}}};",
             f"        const {tile_t} {name} = et_tile(({ctype}*)ET_TENSOR({g.tindex[r.tensor]}), "
             f"{rank}, {name}_shape, {name}_lo, {name}_n, {name}_idx);"]
+
+
+def _prefetch(g: _Gen) -> list[str]:
+    """Prefetch of each grid's input tiles: affine regions of input tensors, which no task
+    writes, so they can be loaded before the task's events complete."""
+    out = ["__device__ void et_prefetch(const long long* A, const EtTask& task) {"]
+    out += g.sym_lines()
+    out.append("    switch (task.a.x) {")
+    for gi, grid in enumerate(g.p.grids):
+        regions = [r for r in grid.reads if g.p.tensor(r.tensor).role == "input"
+                   and not r.map.is_data_dependent and g.p.tensor(r.tensor).dtype in CTYPE]
+        if not regions:
+            continue
+        out.append(f"    case {gi}: {{  // task grid {grid.name}")
+        lines, ren = _coords(grid, g)
+        out += lines
+        for k, r in enumerate(regions):
+            out += _tile(f"p{k}", r, g, ren, "prefetch")
+            out.append(f"        et_prefetch_tile(p{k});")
+        out += ["        break;", "    }"]
+    out += ["    }", "}", ""]
+    return out
 
 
 def _dd_edges(g: _Gen, grid: TaskGrid, kind: str) -> list[Edge]:

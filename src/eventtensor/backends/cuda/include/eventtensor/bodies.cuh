@@ -39,6 +39,29 @@ __device__ __forceinline__ long long et_off(const EtTileT<T>& t, int d, int i) {
     return (long long)(t.idx[d] ? t.idx[d][i] : i) * t.s[d];
 }
 
+// Bring a tile's cache lines into L1 (issued by every thread of the CTA, no wait): used to
+// load the next task's input tiles (weights) while the current task notifies and the next
+// one waits on its events.
+template <typename T>
+__device__ void et_prefetch_tile(const EtTileT<T>& t) {
+    const int per_line = 128 / (int)sizeof(T);
+    long long rows = 1;
+    for (int d = 0; d + 1 < t.rank; ++d) rows *= t.n[d];
+    int last = t.rank - 1;
+    long long chunks = last >= 0 ? (t.n[last] + per_line - 1) / per_line : 1;
+    for (long long e = threadIdx.x; e < rows * chunks; e += blockDim.x) {
+        long long r = e / chunks;
+        int c = (int)(e % chunks) * per_line;
+        long long off = 0;
+        for (int d = last - 1; d >= 0; --d) {
+            off += et_off(t, d, (int)(r % t.n[d]));
+            r /= t.n[d];
+        }
+        if (last >= 0) off += et_off(t, last, c);
+        asm volatile("prefetch.global.L1 [%0];" :: "l"(t.p + off));
+    }
+}
+
 // Element `i` of the tile flattened over its first `dims` dimensions, at offset `last` in
 // the dimension after them. Index math in 32 bits (tiles are far below 2^31 elements).
 template <typename T>

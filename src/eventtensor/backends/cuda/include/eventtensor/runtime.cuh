@@ -135,6 +135,8 @@ __device__ void et_run_task(const long long* A, const EtTask& task);  // the dis
 // Thread 0, after the table waits: data-dependent waits and the trigger of `task`.
 // Returns 1 to run the body, 2 if the task is guarded (no trigger range holds it), 0 on abort.
 __device__ int et_extra_waits(const long long* A, const EtTask& task);
+// All threads: prefetch the input tiles (affine regions of input tensors) of `task`.
+__device__ void et_prefetch(const long long* A, const EtTask& task);
 // Thread 0, after the body: data-dependent notifies of `task`.
 __device__ void et_extra_notifies(const long long* A, const EtTask& task);
 // Wait count of element x whose count is read at run time from a tensor (table value -1).
@@ -172,7 +174,7 @@ __device__ void et_release_consumers(const long long* A, int x) {
 // task to prefetch while this one runs. Two CTA barriers per task: after the waits and after
 // the body. False if the launch is aborting.
 __device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_ns) {
-    __shared__ EtTask s_task;
+    __shared__ EtTask s_task, s_next;
     __shared__ int s_ok;
     if (threadIdx.x == 0) {
         int ok = 1;
@@ -206,7 +208,9 @@ __device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_
         for (int k = 0; k < 4 && t.a.w + k < t.b.x; ++k) nrec[k] = ET_NOTIFY_REC[t.a.w + k];
     }
     et_run_task(A, t);
+    if (threadIdx.x == 0) s_next = pre;
     __syncthreads();
+    if (threadIdx.x != 0 && s_next.id >= 0) et_prefetch(A, s_next);  // while thread 0 notifies
     if (threadIdx.x == 0) {  // bar.sync above + release below publish the CTA's stores
         for (int i = t.a.w; i < t.b.x; ++i) {
             int r = i - t.a.w < 4 ? nrec[i - t.a.w] : ET_NOTIFY_REC[i];
