@@ -31,12 +31,13 @@ def to_python(p: Program) -> str:
         lines.append(f"            reads={_regions(g.reads)},")
         lines.append(f"            writes={_regions(g.writes)},")
         lines.append(f"            params={dict(g.params)!r})")
-    for e in p.edges:
-        if e.kind == "trigger":
-            lines.append(f"    pb.trigger({e.event!r}, {e.grid!r}, {str(e.map)!r})")
+    for edge in p.edges:
+        m = str(edge.map)
+        if edge.kind == "trigger":
+            lines.append(f"    pb.trigger({edge.event!r}, {edge.grid!r}, {m!r})")
         else:
-            skip = ", on_skip=True" if e.on_skip else ""
-            lines.append(f"    pb.{e.kind}({e.grid!r}, {e.event!r}, {str(e.map)!r}{skip})")
+            skip = ", on_skip=True" if edge.on_skip else ""
+            lines.append(f"    pb.{edge.kind}({edge.grid!r}, {edge.event!r}, {m!r}{skip})")
     lines += ["    return pb.build()", ""]
     return "\n".join(lines)
 

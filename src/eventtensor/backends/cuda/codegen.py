@@ -215,18 +215,19 @@ def _tile(name: str, r: Region, g: _Gen, ren, role: str) -> list[str]:
                                f"{', '.join(CTYPE)}")
     ctype, tile_t = CTYPE[t.dtype]
     shape = [g.c(d) for d in t.shape]
-    lo, n, idx = [], [], []
+    dims: list[tuple[str, str, str]] = []  # (start, extent, index pointer) per dimension
     for d, size in zip(r.map.dims, shape):
         if isinstance(d, Full):
-            lo.append("0"), n.append(size), idx.append("nullptr")
+            dims.append(("0", size, "nullptr"))
         elif isinstance(d, Span):
             a, b = g.value(d.start, ren), g.value(d.stop, ren)
-            lo.append(a), n.append(f"({b}) - ({a})"), idx.append("nullptr")
+            dims.append((a, f"({b}) - ({a})", "nullptr"))
         elif isinstance(d.value, Load) and d.value.is_vector:
             ptr, cnt = g.vector(d.value, ren)
-            lo.append("0"), n.append(cnt), idx.append(ptr)
+            dims.append(("0", cnt, ptr))
         else:
-            lo.append(g.value(d.value, ren)), n.append("1"), idx.append("nullptr")
+            dims.append((g.value(d.value, ren), "1", "nullptr"))
+    lo, n, idx = ([x[k] for x in dims] for k in range(3))
     rank = len(shape)
     return [f"        // {role} {r.tensor}[{', '.join(str(d) for d in r.map.dims)}]",
             f"        const long long {name}_shape[{rank}] = {{{', '.join(shape)}}};",

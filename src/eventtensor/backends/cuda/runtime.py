@@ -11,7 +11,8 @@ turns it into `DeadlockError` naming the task, the event element and the counter
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,10 +43,7 @@ class _State:
     args: object = None     # torch int64 tensor of launch-argument slots
     key: tuple = ()
     n_dynamic: int = 0
-    owned: dict = None      # outputs and temps this runtime allocated  # type: ignore
-
-    def __post_init__(self) -> None:
-        self.owned = {}
+    owned: dict = field(default_factory=dict)  # outputs and temps this runtime allocated
 
 
 EARLY_BIT, PUSH_BIT, ELEM_LIMIT = 1 << 30, 1 << 29, 1 << 29
@@ -152,7 +150,7 @@ class Megakernel:
         return st
 
     # ------------------------------------------------------------------ launch
-    def launch(self, env: Mapping[str, int], tensors: Mapping[str, object], stream=None,
+    def launch(self, env: Mapping[str, int], tensors: Mapping[str, Any], stream=None,
                profile: bool = False, tables: Tables | None = None) -> _State:
         """Launch for binding `env`; `tensors` maps every input name to a contiguous CUDA
         tensor of its shape (float32, or int32 for int32 tensors); outputs and temps are
@@ -246,7 +244,7 @@ class Megakernel:
             f"{self.watchdog_ns / 1e9:.3g} s on {rec['event']} (counter {counter} of {count}) "
             f"in program '{self.program.name}' ({self.mode} schedule) at {b.env}", [rec])
 
-    def run(self, env: Mapping[str, int], tensors: Mapping[str, object], **kw) -> dict:
+    def run(self, env: Mapping[str, int], tensors: Mapping[str, Any], **kw) -> dict:
         """Launch, wait and return every tensor (inputs, temps, outputs) by name."""
         st = self.launch(env, tensors, **kw)
         self.sync(st)
