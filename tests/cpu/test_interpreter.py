@@ -154,3 +154,29 @@ def test_overlapping_trigger_ranges_are_reported():
                                                 r"release task c\(1\)"):
         run(t, {"lo": np.array([0, 1], np.int32), "hi": np.array([2, 4], np.int32),
                 "A": np.ones((4, 2))})
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_nop_chain_orders_tasks_without_data(mode):
+    pb = ProgramBuilder("nop_chain")
+    n = pb.symbol("n", 1, 64)
+    pb.event("E", (n + 1,))
+    pb.grid("start", "nop", "i", (1,), notify={"E": "i->0"})
+    pb.grid("link", "nop", "i", (n,), wait={"E": "i->i"}, notify={"E": "i->i + 1"})
+    t = tables_for(pb.build(), {"n": 40}, mode, sms=3)
+    res = run(t, {}, seed=3)
+    start = {r.task: r.start for r in res.records}
+    end = {r.task: r.end for r in res.records}
+    link = list(t.bound.grid_tasks("link"))
+    assert all(end[a] <= start[b] for a, b in zip([0] + link, link))
+    # every element notified once; early-push elements count the dispatch in the low bits too
+    np.testing.assert_array_equal(res.final_counters, np.where(t.early, 65537, 1))
+
+
+def test_nop_refuses_data():
+    pb = ProgramBuilder("bad_nop")
+    pb.input("A", (2, 2))
+    pb.output("o", (2, 1))
+    pb.grid("g", "nop", "i", (2,), reads={"A": "i, :"}, writes={"o": "i, :"})
+    with pytest.raises(ValueError, match="a nop task reads and writes nothing"):
+        run(tables_for(pb.build(), {}), {"A": np.ones((2, 2))})

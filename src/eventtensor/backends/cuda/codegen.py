@@ -21,6 +21,7 @@ GPU_MODES = ("static", "dynamic", "unfused")
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
 BODIES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
+    "nop": ([], []),
     "row_sum": ([("reads", "#0"), ("writes", "#0")], []),
     "sum_partials": ([("reads", "#0"), ("writes", "#0")], []),
     "gemm_partial": ([("reads", "@x"), ("reads", "@w"), ("writes", "#0")], []),

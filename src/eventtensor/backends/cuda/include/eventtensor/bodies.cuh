@@ -99,6 +99,9 @@ __device__ __forceinline__ long long et_bcast(const EtTileT<S>& src, int src_ran
     return off;
 }
 
+// nop: no work (a task that only waits and notifies)
+__device__ __forceinline__ void et_body_nop() {}
+
 // row_sum: x summed over its last axis, broadcast into the out tile (numpy semantics)
 __device__ void et_body_row_sum(const EtTile& x, const EtTile& out) {
     int cells = et_count(out, out.rank);
