@@ -4,7 +4,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${EVENTTENSOR_VENV:-$ROOT/.venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[eventtensor] creating virtual environment $VENV"
-  python3 -m venv "$VENV"
+  python3 -m venv --system-site-packages "$VENV"  # sees a system torch where there is one
 fi
 STAMP="$VENV/.eventtensor-installed"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
