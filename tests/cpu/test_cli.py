@@ -35,3 +35,24 @@ def test_console_script_module_entry():
     r = subprocess.run([sys.executable, "-m", "eventtensor.cli", "print", "splitk_rowsum"],
                        capture_output=True, text=True, check=True)
     assert "def build():" in r.stdout
+
+
+def test_dump_and_debug_make_every_stage_inspectable(tmp_path, monkeypatch, capsys):
+    import numpy as np
+
+    from eventtensor.examples import EXAMPLES
+    from eventtensor.passes import PIPELINE
+    from eventtensor.printer import from_python
+    from eventtensor.schedule import lower
+    monkeypatch.setenv("EVENTTENSOR_DUMP", str(tmp_path))
+    monkeypatch.setenv("EVENTTENSOR_DEBUG", "1")
+    t = lower(EXAMPLES["splitk_rowsum"].build(), {"n": 3}, "static", 4)
+    d = tmp_path / "splitk_rowsum"
+    passes = sorted(f.name for f in d.glob("*.py"))
+    assert passes == [f"{i:02d}_{name}.py" for i, (name, _) in enumerate(PIPELINE)]
+    assert from_python((d / "04_validate.py").read_text()) == t.program
+    tables = np.load(d / "tables_static_n3.npz")
+    np.testing.assert_array_equal(tables["queue_task"], t.queue_task)
+    err = capsys.readouterr().err
+    assert "[eventtensor] pass derive_wait_counts on splitk_rowsum" in err
+    assert "[eventtensor] lowered splitk_rowsum at {'n': 3}: 15 tasks, static schedule" in err

@@ -43,7 +43,7 @@ def test_dump_writes_every_stage(tmp_path, monkeypatch):
     monkeypatch.setenv("EVENTTENSOR_DUMP", str(tmp_path / "dump"))
     p = program_for("splitk_rowsum", "static")
     compile_source(generate(p, "static"), kernel_name(p, "static"))
-    names = sorted(f.suffix for f in (tmp_path / "dump").iterdir())
+    names = sorted(f.suffix for f in (tmp_path / "dump").iterdir() if f.is_file())
     assert names == [".cu", ".cubin", ".ptx"]
 
 

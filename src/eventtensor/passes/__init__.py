@@ -1,8 +1,10 @@
 """The pass pipeline: one named list of pure functions Program -> Program."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
+from ..inspect import dump_program, log
 from ..ir import Program, verify
 from .derive_events import derive_events
 from .validate import validate
@@ -20,9 +22,13 @@ PIPELINE: list[tuple[str, Pass]] = [
 
 
 def run_pipeline(p: Program, upto: str | None = None) -> Program:
-    """Run the passes in order (stopping after `upto` if given) and return the result."""
-    for name, fn in PIPELINE:
+    """Run the passes in order (stopping after `upto` if given) and return the result.
+    See `eventtensor.inspect` for timing lines and IR dumps."""
+    for index, (name, fn) in enumerate(PIPELINE):
+        t0 = time.perf_counter()
         p = fn(p)
+        log(f"pass {name} on {p.name}: {(time.perf_counter() - t0) * 1e3:.1f} ms")
+        dump_program(p, name, index)
         if name == upto:
             break
     return p

@@ -11,11 +11,13 @@ schedule to the tables both backends execute:
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from ..errors import ProgramError
+from ..inspect import dump_tables, log
 from ..ir import Program
 from ..lower import Tables, bind, build_tables
 from ..passes import run_pipeline
@@ -69,8 +71,12 @@ def lower(program: Program, env: Mapping[str, int], mode: str = "static", num_sm
         options = {**choice.options, **options}
     if mode == "unfused":  # barriers after the derived events: stages follow the data
         program = unfuse(run_pipeline(program))
+    t0 = time.perf_counter()
     tables = schedule(build_tables(bind(run_pipeline(program), env)), mode, num_sms, **options)
     tables.reason = reason
+    log(f"lowered {program.name} at {dict(env)}: {tables.bound.num_tasks} tasks, {mode} "
+        f"schedule, {(time.perf_counter() - t0) * 1e3:.1f} ms")
+    dump_tables(tables)
     if check and mode != "dynamic":
         check_static(tables)
     return tables

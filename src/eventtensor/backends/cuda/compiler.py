@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import __version__
+from ...inspect import log
 
 INCLUDE = Path(__file__).parent / "include"
 ARCH = "sm_90a"
@@ -65,6 +66,7 @@ def compile_source(source: str, name: str, arch: str = ARCH) -> Compiled:
         with os.fdopen(fd, "wb") as f:
             f.write(cubin)
         os.replace(tmp, path)
+    log(f"compiled {name} for {arch} in {seconds:.2f} s ({len(cubin)} bytes)")
     dump = os.environ.get("EVENTTENSOR_DUMP")
     if dump:
         d = Path(dump)
