@@ -114,13 +114,6 @@ def edge_elements(b: Bound, edge: Edge, t: int, tensors=None) -> np.ndarray:
     return local + b.event_base[edge.event]
 
 
-def _csr(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(x) for x in lists])
-    vals = np.concatenate(lists).astype(np.int64) if lists else np.zeros(0, np.int64)
-    return ptr, vals
-
-
 @dataclass
 class Tables:
     """Lowered program for one binding: the integer tables both backends execute."""

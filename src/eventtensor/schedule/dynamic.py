@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ProgramError
-from ..lower import RUNTIME, Tables, _csr
+from ..lower import RUNTIME, Tables
 
 DISPATCH_BITS = 16
 
@@ -22,32 +22,35 @@ def dynamic_tables(tables: Tables, early_push: bool) -> None:
     """Fill ready, pending, push lists, early flags and queue capacity (in place)."""
     b, p = tables.bound, tables.program
     dyn_task = tables.grid_mode[b.task_grid] == 1
-    pending = np.zeros(b.num_tasks, np.int64)
-    pushes: list[list[int]] = [[] for _ in range(b.num_elements)]
-    for t in np.flatnonzero(dyn_task):  # elements with a static count of 0 start complete
-        for x in tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]]:
-            if tables.target[x] != 0:
-                pushes[int(x)].append(int(t))
-                pending[t] += 1
+    # (consumer, element) pairs, vectorised: affine waits of dynamic tasks on elements that do
+    # not start complete (static count 0), then collapsed data-dependent waits (whole event)
+    owner = np.repeat(np.arange(b.num_tasks), np.diff(tables.wait_ptr))
+    keep = dyn_task[owner] & (tables.target[tables.wait_elem] != 0)
+    tasks, elems = [owner[keep]], [tables.wait_elem[keep]]
+    pending = np.bincount(owner[keep], minlength=b.num_tasks).astype(np.int64)
     for gi, eis in tables.dyn_edges.items():
         if tables.grid_mode[gi] != 1:
             continue
+        rows = b.grid_tasks(p.grids[gi].name)
         for ei in eis:
             edge = p.edges[ei]
             if edge.kind != "wait":
                 continue
             base = b.event_base[edge.event]
             n = int(np.prod(b.event_shapes[edge.event], dtype=np.int64))
-            for t in b.grid_tasks(p.grids[gi].name):
-                pending[t] += n
-                for x in range(base, base + n):
-                    pushes[x].append(t)
+            pending[rows.start:rows.stop] += n
+            tasks.append(np.repeat(np.arange(rows.start, rows.stop), n))
+            elems.append(np.tile(np.arange(base, base + n), len(rows)))
     for gi, eis in tables.trigger_edges.items():
         if tables.grid_mode[gi] == 1:
-            for t in b.grid_tasks(p.grids[gi].name):
-                pending[t] += len(eis)
+            rows = b.grid_tasks(p.grids[gi].name)
+            pending[rows.start:rows.stop] += len(eis)
+    t_all, x_all = np.concatenate(tasks), np.concatenate(elems)
+    order = np.lexsort((t_all, x_all))  # by element, then consumer
     tables.pending = pending
-    tables.push_ptr, tables.push_task = _csr([np.asarray(x, np.int64) for x in pushes])
+    tables.push_ptr = np.zeros(b.num_elements + 1, np.int64)
+    tables.push_ptr[1:] = np.cumsum(np.bincount(x_all, minlength=b.num_elements))
+    tables.push_task = t_all[order].astype(np.int64)
     tables.ready = np.flatnonzero(dyn_task & (pending == 0)).astype(np.int64)
     tables.capacity = int(dyn_task.sum())
     early = np.zeros(b.num_elements, bool)
