@@ -159,6 +159,10 @@ class Megakernel:
         torch = self.torch
         st = self._state(env, tables)
         b = st.tables.bound
+        unknown = set(tensors) - {t.name for t in self.program.tensors}
+        if unknown:
+            raise ValueError(f"program '{self.program.name}' has no tensor named "
+                             f"{', '.join(sorted(unknown))}")
         tens = {}
         for tdecl in self.program.tensors:
             shape = b.tensor_shapes[tdecl.name]
@@ -170,6 +174,9 @@ class Megakernel:
                 x = st.owned.get(tdecl.name)
                 if x is None:  # allocated once per binding, reused by later launches
                     x = st.owned[tdecl.name] = torch.empty(shape, dtype=dtype, device="cuda")
+            if not isinstance(x, torch.Tensor):
+                raise ValueError(f"tensor '{tdecl.name}' must be a torch tensor on the GPU, "
+                                 f"got {type(x).__name__}")
             if tuple(x.shape) != shape or x.dtype != dtype or not x.is_cuda \
                     or not x.is_contiguous():
                 raise ValueError(f"tensor '{tdecl.name}' must be a contiguous CUDA {dtype} "
