@@ -144,3 +144,19 @@ def test_random_dag_stress():
                                               err_msg=f"seed {seed} {mode} n={n} {name}")
             checked += 1
     assert checked >= 200
+
+
+def test_bad_tensors_are_named():
+    ex = EXAMPLES["splitk_rowsum"]
+    mk = megakernel(ex.build(), "static")
+    torch = _torch()
+    good = to_gpu(ex.make_inputs({"n": 2}, 0))
+    with pytest.raises(ValueError, match="has no tensor named B"):
+        mk.run({"n": 2}, {**good, "B": good["A"]})
+    with pytest.raises(ValueError, match="tensor 'A' must be a torch tensor on the GPU"):
+        mk.run({"n": 2}, {"A": np.zeros((64, 128), np.float32)})
+    with pytest.raises(ValueError, match=r"tensor 'A' must be a contiguous CUDA torch.float32 "
+                                         r"tensor of shape \(64, 128\)"):
+        mk.run({"n": 2}, {"A": torch.zeros(64, 128, device="cuda", dtype=torch.float64)})
+    with pytest.raises(ValueError, match="input tensor 'A' was not given"):
+        mk.run({"n": 2}, {})
