@@ -47,7 +47,28 @@ def _gpu_line() -> str:
     except ImportError:
         pass
     return ("No GPU here: on an NVIDIA H100/H200 (sm_90a) each program becomes one persistent "
-            "kernel launch with one CTA per SM (132 on an H200) running the same tables.")
+            "kernel launch with one CTA per SM (132 on an H200) running the same tables."
+            + _compile_line())
+
+
+def _compile_line() -> str:
+    """Compile each example's static megakernel with NVRTC (needs no GPU) and report it."""
+    try:
+        from .backends.cuda.codegen import generate, kernel_name
+        from .backends.cuda.compiler import compile_source
+        from .passes import run_pipeline
+    except ImportError:
+        return ""
+    parts = []
+    for ex in EXAMPLES.values():
+        try:
+            p = run_pipeline(ex.build())
+            c = compile_source(generate(p, "static"), kernel_name(p, "static"))
+        except Exception as exc:  # NVRTC missing or unusable here: say so, do not fail
+            return f"\n(NVRTC not usable here: {type(exc).__name__})"
+        parts.append(f"{ex.name} {len(c.cubin) // 1024} KiB"
+                     + (" (cached)" if c.cached else f" in {c.seconds:.2f} s"))
+    return "\nCompiled for sm_90a with NVRTC: " + ", ".join(parts) + "."
 
 
 def _gpu_demo(torch) -> str:
