@@ -58,14 +58,18 @@ class Bound:
         return {**self.env, **{a: self.task_coords[rows.start:rows.stop, i]
                                for i, a in enumerate(g.axes)}}
 
+    def event_of(self, x: int) -> str:
+        """Name of the event tensor holding element id `x`."""
+        if not 0 <= x < self.num_elements:
+            raise ValueError(f"element id {x} is out of range")
+        return next(ev.name for ev in reversed(self.program.events)
+                    if self.event_base[ev.name] <= x)
+
     def element_name(self, x: int) -> str:
-        for ev in reversed(self.program.events):
-            base = self.event_base[ev.name]
-            if x >= base:
-                shape = self.event_shapes[ev.name]
-                idx = np.unravel_index(x - base, shape) if shape else ()
-                return f"{ev.name}[{', '.join(str(int(i)) for i in idx)}]"
-        raise ValueError(f"element id {x} is out of range")
+        name = self.event_of(x)
+        shape = self.event_shapes[name]
+        idx = np.unravel_index(x - self.event_base[name], shape) if shape else ()
+        return f"{name}[{', '.join(str(int(i)) for i in idx)}]"
 
     def grid_tasks(self, name: str) -> range:
         n = int(np.prod(self.grid_extents[name], dtype=np.int64))

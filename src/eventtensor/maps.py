@@ -108,8 +108,11 @@ def _value_eval(v: Value, env: Mapping[str, int], tensors: Mapping[str, np.ndarr
     return v.eval(env)
 
 
-def _value_tensors(v: Value) -> set[str]:
-    return {v.tensor} if isinstance(v, Load) else set()
+def dim_values(d: Dim) -> list[Value]:
+    """The expressions or loads a dimension is made of: its index, or its two ends."""
+    if isinstance(d, Index):
+        return [d.value]
+    return [d.start, d.stop] if isinstance(d, Span) else []
 
 
 def _value_symbols(v: Value) -> set[str]:
@@ -144,13 +147,8 @@ class IndexMap:
     @property
     def tensors_read(self) -> frozenset[str]:
         """Runtime tensors this map reads (empty for an affine map)."""
-        out: set[str] = set()
-        for d in self.dims:
-            if isinstance(d, Index):
-                out |= _value_tensors(d.value)
-            elif isinstance(d, Span):
-                out |= _value_tensors(d.start) | _value_tensors(d.stop)
-        return frozenset(out)
+        return frozenset(v.tensor for d in self.dims for v in dim_values(d)
+                         if isinstance(v, Load))
 
     @property
     def is_data_dependent(self) -> bool:
@@ -158,13 +156,7 @@ class IndexMap:
 
     @property
     def free_symbols(self) -> frozenset[str]:
-        out: set[str] = set()
-        for d in self.dims:
-            if isinstance(d, Index):
-                out |= _value_symbols(d.value)
-            elif isinstance(d, Span):
-                out |= _value_symbols(d.start) | _value_symbols(d.stop)
-        return frozenset(out)
+        return frozenset(s for d in self.dims for v in dim_values(d) for s in _value_symbols(v))
 
     def dim_indices(self, env: Mapping[str, int], shape: Sequence[int],
                     tensors: Mapping[str, np.ndarray] | None = None,
@@ -217,7 +209,7 @@ class IndexMap:
                 los.append(np.zeros(n, np.int64))
                 his.append(np.full(n, size, np.int64))
                 continue
-            ends = [d.value] if isinstance(d, Index) else [d.start, d.stop]
+            ends = dim_values(d)
             names = sorted(env)
             vals = compile_exprs(ends, names)(*(env[k] for k in names))
             lo = np.broadcast_to(np.asarray(vals[0], np.int64), (n,))

@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import DeadlockError, QueueOverflowError, RuntimeCheckError
 from ..ir import Edge
 from ..lower import RUNTIME, Tables, edge_elements
-from ..maps import Full, Index, IndexMap, Load, Span
+from ..maps import Full, IndexMap, Load, dim_values
 from ..ops import KINDS, TaskContext
 from ..schedule.cost import Cost, CostModel, grid_costs
 from ..schedule.dynamic import DISPATCH_BITS
@@ -128,11 +128,10 @@ class Interpreter:
         self.step = 0
         self.now = 0.0
         self.active = 0
-        self.waiters: dict[int, list[_SM]] = {}
+        self.wake_all = False  # an event completed or the queue changed: every SM re-checks
         self.count_events = [(ev, ev.runtime_count) for ev in self.p.events
                              if ev.runtime_count is not None]
-        self.has_dynamic = bool(tables.grid_mode.any())
-        self.hybrid = self.has_dynamic and not bool(tables.grid_mode.all())
+        self.hybrid = bool(tables.grid_mode.any()) and not bool(tables.grid_mode.all())
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> RunResult:
@@ -169,7 +168,9 @@ class Interpreter:
                 s = keys[int(self.rng.integers(len(keys)))]
             self.step += 1
             kind, when = nxt[s]
-            dirty = {s} | self._act(sms[s], kind, when)
+            self.wake_all = False
+            self._act(sms[s], kind, when)
+            dirty = set(range(len(sms))) if self.wake_all else {s}
         self._finish(sms)
         makespan = max((r.end for r in self.records), default=0.0)
         return RunResult(self.data.data if self.data else {}, self.records, self.skipped,
@@ -195,8 +196,8 @@ class Interpreter:
             return ("fetch", sm.clock)
         return None
 
-    def _act(self, sm: _SM, kind: str, when: float) -> set[int]:
-        """Perform one action; returns the SMs whose next action may have changed."""
+    def _act(self, sm: _SM, kind: str, when: float) -> None:
+        """Perform one action (setting `wake_all` when other SMs' next actions may change)."""
         sm.clock = self.now = when
         if kind == "fetch":
             task = int(self.t.queue_task[sm.pos])
@@ -204,48 +205,43 @@ class Interpreter:
             sm.clock += self.cm.static_dispatch_us
             if task < 0:
                 self.skipped.append(task)
-                return set()
-            return self._start(sm, task)
-        if kind in ("pop", "nest"):
+            else:
+                self._start(sm, task)
+        elif kind in ("pop", "nest"):
             task = self.queue[self.qhead]
             self.qhead += 1
             sm.clock += self.cm.pop_us
-            return self._start(sm, task) | self._idle_sms()
-        f = sm.stack[-1]
-        if kind == "pass":
+            self.wake_all = True
+            self._start(sm, task)
+        elif kind == "pass":
+            f = sm.stack[-1]
             x = f.waits.pop(0)
             f.passed.append(x)
             f.hb |= self.elem_hb[x]
-            return set()
-        if kind == "resolve":
+        elif kind == "resolve":
+            f = sm.stack[-1]
             f.resolved = True
             if not self._resolve(f):
                 self.skipped.append(f.task)
                 sm.stack.pop()
-                return self._notify(sm, f, self.t.skip_elem[self.t.skip_ptr[f.task]:
-                                                             self.t.skip_ptr[f.task + 1]])
-            return set()
-        if kind == "begin":
-            self._begin(sm, f)
-            return set()
-        return self._finish_task(sm, f)
+                self._notify(sm, f, self.t.skip_elem[self.t.skip_ptr[f.task]:
+                                                     self.t.skip_ptr[f.task + 1]])
+        elif kind == "begin":
+            self._begin(sm, sm.stack[-1])
+        else:
+            self._finish_task(sm, sm.stack[-1])
 
-    def _idle_sms(self) -> set[int]:
-        return set(range(self.t.num_sms))
-
-    def _start(self, sm: _SM, task: int) -> set[int]:
+    def _start(self, sm: _SM, task: int) -> None:
         lo, hi = self.t.wait_ptr[task], self.t.wait_ptr[task + 1]
         sm.stack.append(_Frame(task, [int(x) for x in self.t.wait_elem[lo:hi]], sm.clock))
         if not self.t.early.any() or self.t.grid_mode[self.b.task_grid[task]] != 1:
-            return set()
-        woken: set[int] = set()
+            return
         for x in self.t.notify_elem[self.t.notify_ptr[task]:self.t.notify_ptr[task + 1]]:
             x = int(x)
             if self.t.early[x]:
                 self.counter[x] += 1
                 if self.counter[x] % UNIT_EARLY == self.target[x]:
-                    woken |= self._release_consumers(x, None)  # overlaps the task's compute
-        return woken
+                    self._release_consumers(x, None)  # overlaps the task's compute
 
     # ------------------------------------------------------------------ one task
     def _resolve(self, f: _Frame) -> bool:
@@ -300,9 +296,7 @@ class Interpreter:
         if self.data is None or hb < 0:
             return
         for d in m.dims:
-            vals = [d.value] if isinstance(d, Index) else \
-                [d.start, d.stop] if isinstance(d, Span) else []
-            for v in vals:
+            for v in dim_values(d):
                 if isinstance(v, Load):
                     key = tuple(slice(None) if isinstance(i, Full) else i.eval(env)
                                 for i in v.index)
@@ -334,7 +328,7 @@ class Interpreter:
         return r.map.key(env, self.b.tensor_shapes[r.tensor], self._tensors(),
                          what=f"region of '{r.tensor}' {role} by task {who}")
 
-    def _finish_task(self, sm: _SM, f: _Frame) -> set[int]:
+    def _finish_task(self, sm: _SM, f: _Frame) -> None:
         task, b = f.task, self.b
         sm.stack.pop()
         self.active -= 1
@@ -349,19 +343,18 @@ class Interpreter:
             edge = self.p.edges[ei]
             if edge.kind == "notify":
                 elems.extend(int(x) for x in self._dd_elements(f, edge))
-        woken = self._arm(set(f.wkeys), f.hb, sm.clock) if self.data else set()
-        return woken | self._notify(sm, f, elems)
+        if self.data:
+            self._arm(set(f.wkeys), f.hb, sm.clock)
+        self._notify(sm, f, elems)
 
-    def _notify(self, sm: _SM, f: _Frame, elems) -> set[int]:
-        woken: set[int] = set()
+    def _notify(self, sm: _SM, f: _Frame, elems) -> None:
         for x in elems:
             x = int(x)
             self.counter[x] += self.unit[x]
             self.elem_hb[x] |= f.hb
             if self.armed[x] and not self.done[x] and \
                     self.counter[x] // self.unit[x] >= self.target[x]:
-                woken |= self._complete(x, sm.clock, f.hb, sm)
-        return woken
+                self._complete(x, sm.clock, f.hb, sm)
 
     def _write_outputs(self, f: _Frame, g) -> None:
         who = self.b.task_name(f.task)
@@ -382,9 +375,8 @@ class Interpreter:
             self.data.write(name, key, val, f.task, f.hb, who)
 
     # ------------------------------------------------------------------ events and queue
-    def _arm(self, written: set[str], hb: int, now: float) -> set[int]:
+    def _arm(self, written: set[str], hb: int, now: float) -> None:
         """Arm elements whose runtime wait count was just written (count read on device)."""
-        woken: set[int] = set()
         for ev, load in self.count_events:
             if load.tensor not in written:
                 continue
@@ -405,37 +397,32 @@ class Interpreter:
                 self.armed[x] = True
                 self.elem_hb[x] |= hb
                 if self.counter[x] // self.unit[x] >= self.target[x]:
-                    woken |= self._complete(x, now, hb)
-        return woken
+                    self._complete(x, now, hb)
 
-    def _complete(self, x: int, now: float, hb: int = -1, sm: _SM | None = None) -> set[int]:
+    def _complete(self, x: int, now: float, hb: int = -1, sm: _SM | None = None) -> None:
         self.done[x] = True
         self.done_t[x] = now
-        woken = set(range(self.t.num_sms))
+        self.wake_all = True
         if not self.t.early[x] or self.target[x] == 0:  # early ones release at dispatch
-            woken |= self._release_consumers(x, sm)
-        ev_name = self._event_of(x)
+            self._release_consumers(x, sm)
+        ev_name = self.b.event_of(x)
         for edge in self.p.edges_of(event=ev_name, kind="trigger"):
-            if self.t.grid_mode[self._grid_index(edge.grid)] != 1:
+            if self.t.grid_mode[self.b.task_grid[self.b.task_base[edge.grid]]] != 1:
                 continue
             lo, hi = self._trigger_range(edge, x - self.b.event_base[ev_name], hb,
                                          f"the notifier completing {self.b.element_name(x)}")
             base = self.b.task_base[edge.grid]
             self._charge_pushes(sm, sum(self._release(base + local) for local in range(lo, hi)))
-        return woken
 
-    def _release_consumers(self, x: int, sm: _SM | None) -> set[int]:
+    def _release_consumers(self, x: int, sm: _SM | None) -> None:
         consumers = self.t.push_task[self.t.push_ptr[x]:self.t.push_ptr[x + 1]]
         self._charge_pushes(sm, sum(self._release(int(c)) for c in consumers))
-        return set(range(self.t.num_sms))
+        self.wake_all = True
 
     def _charge_pushes(self, sm: _SM | None, n: int) -> None:
         """One batch push: a ticket for n slots, records written by the CTA's threads."""
         if sm is not None and n:
             sm.clock += self.cm.push_us + n * self.cm.queue_per_task_us
-
-    def _grid_index(self, name: str) -> int:
-        return next(i for i, g in enumerate(self.p.grids) if g.name == name)
 
     def _release(self, task: int) -> bool:
         """One dependency of `task` released; pushes it (returns True) when it was the last.
@@ -456,13 +443,6 @@ class Interpreter:
         self.pushed[task] = True
         self.queue.append(task)
         self.push_t.append(now)
-
-    def _event_of(self, x: int) -> str:
-        name = self.p.events[0].name
-        for ev in self.p.events:
-            if self.b.event_base[ev.name] <= x:
-                name = ev.name
-        return name
 
     # ------------------------------------------------------------------ end of launch
     def _finish(self, sms: list[_SM]) -> None:

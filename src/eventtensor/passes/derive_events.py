@@ -21,7 +21,7 @@ import numpy as np
 from .. import sym
 from ..errors import ProgramError
 from ..ir import Edge, EventDecl, Program, Region, TaskGrid
-from ..maps import Full, Index, IndexMap, Span
+from ..maps import Full, Index, IndexMap, Span, dim_values
 from ..sym import Expr
 from ..vec import compile_exprs
 
@@ -151,8 +151,5 @@ def _range(d) -> tuple[Expr, Expr]:
 
 
 def _uses(d, axis: str) -> bool:
-    if isinstance(d, Full):
-        return False
-    vals = [d.value] if isinstance(d, Index) else [d.start, d.stop]
-    return any(axis in v.free_symbols() for v in vals)
+    return any(axis in v.free_symbols() for v in dim_values(d))
 

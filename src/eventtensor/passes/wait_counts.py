@@ -17,7 +17,7 @@ from fractions import Fraction
 from .. import sym
 from ..errors import WaitCountError
 from ..ir import Edge, EventDecl, Program, TaskGrid
-from ..maps import Full, Index, IndexMap, Load, Span
+from ..maps import Full, Index, IndexMap, Load, Span, dim_values
 from ..sym import Expr
 
 _PROBE = range(0, 257)
@@ -76,7 +76,7 @@ def _edge_count(g: TaskGrid, e: Edge, ev: EventDecl, ks: list[sym.Sym]) -> Expr 
 
 
 def _single_axis(d, axes) -> str | None:
-    vals = [d.value] if isinstance(d, Index) else [d.start, d.stop]
+    vals = dim_values(d)
     if any(isinstance(v, Load) for v in vals):
         return None
     free = set().union(*(v.free_symbols() for v in vals))
