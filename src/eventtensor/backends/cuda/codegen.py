@@ -168,33 +168,42 @@ def _coords(grid: TaskGrid, g: _Gen) -> tuple[list[str], dict]:
     return lines, ren
 
 
-def _dispatch(g: _Gen) -> list[str]:
-    out = ["__device__ void et_run_task(const long long* A, const EtTask& task) {"]
-    out += g.sym_lines()
-    out.append("    switch (task.a.x) {  // task grid")
+def _grid_switch(g: _Gen, header: str, case, switch_note: str = "",
+                 tail: tuple[str, ...] = ()) -> list[str]:
+    """A device function `header` that switches on the task's grid. `case(grid, ren)` returns
+    (comment, lines) for one grid's case, or None to leave the grid out."""
+    out = [header, *g.sym_lines(), f"    switch (task.a.x) {{{switch_note}"]
     for gi, grid in enumerate(g.p.grids):
+        coords, ren = _coords(grid, g)
+        body = case(grid, ren)
+        if body is not None:
+            comment, lines = body
+            out += [f"    case {gi}: {{  // {comment}", *coords, *lines, "        break;", "    }"]
+    return out + ["    }", *tail, "}", ""]
+
+
+def _dispatch(g: _Gen) -> list[str]:
+    def case(grid: TaskGrid, ren) -> tuple[str, list[str]]:
         if grid.kind not in BODIES:
             raise UnsupportedOnGpu(f"task grid '{grid.name}' uses task kind '{grid.kind}', "
                                    "which has no CUDA body yet")
-        out.append(f"    case {gi}: {{  // task grid {grid.name}, kind {grid.kind}")
-        lines, ren = _coords(grid, g)
-        out += lines
         regions = {("reads", r.tensor): r for r in grid.reads}
         regions.update({("writes", r.tensor): r for r in grid.writes})
-        args = []
+        lines, args = [], []
         spec, params = BODIES[grid.kind]
         for k, (role, which) in enumerate(spec):
             tensor = _tensor_of(grid, role, which)
             if (role, tensor) not in regions:
                 raise UnsupportedOnGpu(f"task grid '{grid.name}' ({grid.kind}) must {role[:-1]} "
                                        f"tensor '{tensor}'")
-            out += _tile(f"t{k}", regions[(role, tensor)], g, ren, role)
+            lines += _tile(f"t{k}", regions[(role, tensor)], g, ren, role)
             args.append(f"t{k}")
         args += [str(int(grid.param_dict[name])) for name in params]  # type: ignore[arg-type]
-        out.append(f"        et_body_{grid.kind}({', '.join(args)});")
-        out += ["        break;", "    }"]
-    out += ["    }", "}", ""]
-    return out
+        lines.append(f"        et_body_{grid.kind}({', '.join(args)});")
+        return f"task grid {grid.name}, kind {grid.kind}", lines
+
+    return _grid_switch(g, "__device__ void et_run_task(const long long* A, const EtTask& task) {",
+                        case, "  // task grid")
 
 
 def _tensor_of(grid: TaskGrid, role: str, which: str) -> str:
@@ -242,23 +251,19 @@ def _tile(name: str, r: Region, g: _Gen, ren, role: str) -> list[str]:
 def _prefetch(g: _Gen) -> list[str]:
     """Prefetch of each grid's input tiles: affine regions of input tensors, which no task
     writes, so they can be loaded before the task's events complete."""
-    out = ["__device__ void et_prefetch(const long long* A, const EtTask& task) {"]
-    out += g.sym_lines()
-    out.append("    switch (task.a.x) {")
-    for gi, grid in enumerate(g.p.grids):
+    def case(grid: TaskGrid, ren):
         regions = [r for r in grid.reads if g.p.tensor(r.tensor).role == "input"
                    and not r.map.is_data_dependent and g.p.tensor(r.tensor).dtype in CTYPE]
         if not regions:
-            continue
-        out.append(f"    case {gi}: {{  // task grid {grid.name}")
-        lines, ren = _coords(grid, g)
-        out += lines
+            return None
+        lines = []
         for k, r in enumerate(regions):
-            out += _tile(f"p{k}", r, g, ren, "prefetch")
-            out.append(f"        et_prefetch_tile(p{k});")
-        out += ["        break;", "    }"]
-    out += ["    }", "}", ""]
-    return out
+            lines += _tile(f"p{k}", r, g, ren, "prefetch")
+            lines.append(f"        et_prefetch_tile(p{k});")
+        return f"task grid {grid.name}", lines
+
+    return _grid_switch(g, "__device__ void et_prefetch(const long long* A, const EtTask& task) {",
+                        case)
 
 
 def _dd_edges(g: _Gen, grid: TaskGrid, kind: str) -> list[Edge]:
@@ -267,57 +272,50 @@ def _dd_edges(g: _Gen, grid: TaskGrid, kind: str) -> list[Edge]:
 
 
 def _extra_waits(g: _Gen) -> list[str]:
-    out = ["__device__ int et_extra_waits(const long long* A, const EtTask& task) {"]
-    out += g.sym_lines()
-    out.append("    switch (task.a.x) {")
-    for gi, grid in enumerate(g.p.grids):
+    def case(grid: TaskGrid, ren):
         waits, trig = _dd_edges(g, grid, "wait"), _dd_edges(g, grid, "trigger")
         if not waits and not trig:
-            continue
-        out.append(f"    case {gi}: {{  // task grid {grid.name}")
-        lines, ren = _coords(grid, g)
-        out += lines
+            return None
+        lines = []
         for e in waits:
-            out.append(f"        // wait {e.event}[{e.map}]")
-            out += g.element_loops(e.map, g.p.event(e.event), ren,
-                                   ["if (!et_wait_elem(A, task.id, x)) return 0;"], "        ")
+            lines.append(f"        // wait {e.event}[{e.map}]")
+            lines += g.element_loops(e.map, g.p.event(e.event), ren,
+                                     ["if (!et_wait_elem(A, task.id, x)) return 0;"], "        ")
         for e in trig:
             ev = g.p.event(e.event)
             eren = {**g.ren, **{a: sym.Sym(f"e{k}", 0, None) for k, a in enumerate(ev.axes)}}
             span = e.map.dims[0]
             assert isinstance(span, Span)
-            out.append(f"        {{  // trigger {e.event} -> {e.map}: find the element")
-            out.append("            int found = -1;")
+            lines.append(f"        {{  // trigger {e.event} -> {e.map}: find the element")
+            lines.append("            int found = -1;")
             body = [f"const long long lo = {g.value(span.start, eren)}, "
                     f"hi = {g.value(span.stop, eren)};",
                     f"if (c_{grid.axes[0]} >= lo && c_{grid.axes[0]} < hi) found = x;"]
-            out += g.element_loops(IndexMap(ev.axes, tuple(Full() for _ in ev.shape)), ev,
-                                   eren, body, "            ")
-            out += ["            if (found < 0) return 2;  // guarded",
-                    "            if (!et_wait_elem(A, task.id, found)) return 0;", "        }"]
-        out += ["        break;", "    }"]
-    out += ["    }", "    return 1;", "}", ""]
-    return out
+            lines += g.element_loops(IndexMap(ev.axes, tuple(Full() for _ in ev.shape)), ev,
+                                     eren, body, "            ")
+            lines += ["            if (found < 0) return 2;  // guarded",
+                      "            if (!et_wait_elem(A, task.id, found)) return 0;", "        }"]
+        return f"task grid {grid.name}", lines
+
+    return _grid_switch(
+        g, "__device__ int et_extra_waits(const long long* A, const EtTask& task) {", case,
+        tail=("    return 1;",))
 
 
 def _extra_notifies(g: _Gen) -> list[str]:
-    out = ["__device__ void et_extra_notifies(const long long* A, const EtTask& task) {"]
-    out += g.sym_lines()
-    out.append("    switch (task.a.x) {")
-    for gi, grid in enumerate(g.p.grids):
+    def case(grid: TaskGrid, ren):
         notes = _dd_edges(g, grid, "notify")
         if not notes:
-            continue
-        out.append(f"    case {gi}: {{  // task grid {grid.name}")
-        lines, ren = _coords(grid, g)
-        out += lines
+            return None
+        lines = []
         for e in notes:
-            out.append(f"        // notify {e.event}[{e.map}]")
-            out += g.element_loops(e.map, g.p.event(e.event), ren,
-                                   ["et_notify_elem(A, x);"], "        ")
-        out += ["        break;", "    }"]
-    out += ["    }", "}", ""]
-    return out
+            lines.append(f"        // notify {e.event}[{e.map}]")
+            lines += g.element_loops(e.map, g.p.event(e.event), ren,
+                                     ["et_notify_elem(A, x);"], "        ")
+        return f"task grid {grid.name}", lines
+
+    return _grid_switch(
+        g, "__device__ void et_extra_notifies(const long long* A, const EtTask& task) {", case)
 
 
 def _runtime_counts(g: _Gen) -> list[str]:
