@@ -9,7 +9,7 @@ import numpy as np
 from .backends.cpu import run
 from .examples import Example
 from .schedule import lower
-from .schedule.simulate import data_dependent_grids
+from .schedule.simulate import default_dynamic_grids
 
 
 @dataclass
@@ -38,8 +38,7 @@ def example_options(ex: Example, mode: str) -> dict:
     dynamic (or, with none, its last grid)."""
     if mode != "hybrid":
         return {}
-    p = ex.build()
-    return {"dynamic_grids": data_dependent_grids(p) or [p.grids[-1].name]}
+    return {"dynamic_grids": default_dynamic_grids(ex.build())}
 
 
 def check_example(ex: Example, env: Mapping[str, int], mode: str = "static",

@@ -5,7 +5,7 @@ from eventtensor.backends.cuda.codegen import UnsupportedOnGpu, generate, kernel
 from eventtensor.backends.cuda.compiler import CompileError, compile_source
 from eventtensor.examples import EXAMPLES
 from eventtensor.passes import run_pipeline
-from eventtensor.schedule import unfuse
+from eventtensor.schedule import prepare
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings not installed")
 
@@ -16,8 +16,7 @@ def _cache(tmp_path, monkeypatch):
 
 
 def program_for(name, mode):
-    p = EXAMPLES[name].build()
-    return run_pipeline(unfuse(run_pipeline(p)) if mode == "unfused" else p)
+    return prepare(EXAMPLES[name].build(), mode)
 
 
 GPU_CASES = [(n, m) for n in ("splitk_rowsum", "symbolic_batch") for m in

@@ -8,19 +8,16 @@ from eventtensor.backends.cpu import run
 from eventtensor.errors import CycleError, MissingDependencyError
 from eventtensor.examples import EXAMPLES, moe
 from eventtensor.runner import check_example
-from eventtensor.schedule import schedule, unfuse
-from eventtensor.schedule.simulate import data_dependent_grids
+from eventtensor.schedule import prepare, schedule
+from eventtensor.schedule.simulate import default_dynamic_grids
 
 MODES = ["static", "dynamic", "hybrid", "unfused"]
 
 
 def scheduled(p, env, mode, num_sms):
     """Tables of program `p` in `mode` (hybrid: data-dependent grids, or the last, dynamic)."""
-    if mode == "unfused":
-        p = unfuse(p)
-    p = run_pipeline(p)
-    opts = {"dynamic_grids": data_dependent_grids(p) or [p.grids[-1].name]} \
-        if mode == "hybrid" else {}
+    p = prepare(p, mode)
+    opts = {"dynamic_grids": default_dynamic_grids(p)} if mode == "hybrid" else {}
     return schedule(build_tables(bind(p, env)), mode, num_sms, **opts)
 
 

@@ -57,6 +57,14 @@ def schedule(tables: Tables, mode: str = "static", num_sms: int = 132,
     return tables
 
 
+def prepare(program: Program, mode: str) -> Program:
+    """The program a scheduling mode runs, after the pass pipeline. Unfused mode adds its
+    stage barriers once the derived events exist, so the stages follow the data."""
+    if mode == "unfused":
+        program = unfuse(run_pipeline(program))
+    return run_pipeline(program)
+
+
 def lower(program: Program, env: Mapping[str, int], mode: str = "static", num_sms: int = 132,
           check: bool = True, inputs: Mapping[str, np.ndarray] | None = None,
           **options) -> Tables:
@@ -69,10 +77,9 @@ def lower(program: Program, env: Mapping[str, int], mode: str = "static", num_sm
         choice = choose_mode(program, env, num_sms, inputs)
         mode, reason = choice.mode, choice.reason
         options = {**choice.options, **options}
-    if mode == "unfused":  # barriers after the derived events: stages follow the data
-        program = unfuse(run_pipeline(program))
     t0 = time.perf_counter()
-    tables = schedule(build_tables(bind(run_pipeline(program), env)), mode, num_sms, **options)
+    program = prepare(program, mode)
+    tables = schedule(build_tables(bind(program, env)), mode, num_sms, **options)
     tables.reason = reason
     log(f"lowered {program.name} at {dict(env)}: {tables.bound.num_tasks} tasks, {mode} "
         f"schedule, {(time.perf_counter() - t0) * 1e3:.1f} ms")
@@ -82,4 +89,4 @@ def lower(program: Program, env: Mapping[str, int], mode: str = "static", num_sm
     return tables
 
 
-__all__ = ["MODES", "StaticTemplate", "check_static", "lower", "schedule", "unfuse"]
+__all__ = ["MODES", "StaticTemplate", "check_static", "lower", "prepare", "schedule", "unfuse"]

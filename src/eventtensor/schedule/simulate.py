@@ -33,6 +33,12 @@ def data_dependent_grids(p: Program) -> list[str]:
     return sorted({e.grid for e in p.edges if e.kind == "trigger" or e.map.is_data_dependent})
 
 
+def default_dynamic_grids(p: Program) -> list[str]:
+    """The dynamic grids of a hybrid schedule when none are named: the data-dependent ones,
+    or, in a program without any, its last grid."""
+    return data_dependent_grids(p) or [p.grids[-1].name]
+
+
 @dataclass
 class Choice:
     """Outcome of `choose_mode`: the mode, its options, every prediction and the reason."""

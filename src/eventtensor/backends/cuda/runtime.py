@@ -19,8 +19,7 @@ import numpy as np
 from ...errors import DeadlockError
 from ...ir import Program
 from ...lower import Tables, bind, build_tables
-from ...passes import run_pipeline
-from ...schedule import StaticTemplate, schedule, unfuse
+from ...schedule import StaticTemplate, prepare, schedule
 from ...trace import TaskSpan, Trace
 from .codegen import MAX_SLOTS, SYM_BASE, generate, kernel_name
 from .compiler import compile_source
@@ -76,8 +75,7 @@ class Megakernel:
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
-        self.program = run_pipeline(unfuse(run_pipeline(program)) if mode == "unfused"
-                                    else program)
+        self.program = prepare(program, mode)
         self.source = generate(self.program, mode)
         self.name = kernel_name(self.program, mode)
         self.compiled = compile_source(self.source, self.name)
