@@ -7,6 +7,7 @@ per-SM queues for static grids; ready list, dependency counts and push lists for
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -96,9 +97,8 @@ def bind(program: Program, env: Mapping[str, int]) -> Bound:
     total = 0
     for gi, g in enumerate(program.grids):
         task_base[g.name] = total
-        ext = extents[g.name]
-        c = np.indices(ext).reshape(len(ext), -1).T if ext else np.zeros((1, 0), np.int64)
-        coords.append(np.pad(c, ((0, 0), (0, rank - c.shape[1]))))
+        c = grid_coords(extents[g.name], rank)
+        coords.append(c)
         grid_ids.append(np.full(len(c), gi, np.int32))
         total += len(c)
     n_el = 0
@@ -108,6 +108,13 @@ def bind(program: Program, env: Mapping[str, int]) -> Bound:
     return Bound(program, env, tshapes, eshapes, extents, task_base, ebase, total, n_el,
                  np.concatenate(grid_ids) if grid_ids else np.zeros(0, np.int32),
                  np.concatenate(coords).astype(np.int64) if coords else np.zeros((0, 0)))
+
+
+def grid_coords(extent, rank: int) -> np.ndarray:
+    """int64[tasks, rank]: coordinates of a grid's tasks in row-major order, padded with 0."""
+    ext = tuple(int(e) for e in extent)
+    c = np.indices(ext).reshape(len(ext), -1).T if ext else np.zeros((1, 0), np.int64)
+    return np.pad(c, ((0, 0), (0, rank - c.shape[1]))).astype(np.int64)
 
 
 def edge_elements(b: Bound, edge: Edge, t: int, tensors=None) -> np.ndarray:
@@ -280,29 +287,38 @@ def task_predecessors(tables: Tables) -> list[set[int]]:
 def check_acyclic(tables: Tables) -> None:
     """CycleError if tasks wait on each other in a cycle. Fast path: an acyclic grid graph
     without intra-grid waits has no task-level cycle; otherwise tasks are sorted one by one."""
-    preds = grid_graph(tables.program)
     self_wait = any(e.grid == n.grid and e.event == n.event for e in tables.program.edges
                     if e.kind in ("wait", "trigger") for n in tables.program.edges
                     if n.kind == "notify")
-    indeg = [len(p) for p in preds]
-    ready = [g for g, d in enumerate(indeg) if d == 0]
-    seen = 0
-    while ready:
-        g = ready.pop()
-        seen += 1
-        for c, ps in enumerate(preds):
-            if g in ps:
-                indeg[c] -= 1
-                if indeg[c] == 0:
-                    ready.append(c)
-    if self_wait or seen < len(preds):
+    if self_wait or grid_order(grid_graph(tables.program)) is None:
         topological_order(tables)
+
+
+def grid_order(preds: list[set[int]], prio=None) -> list[int] | None:
+    """Topological order of the grids (predecessor sets `preds`), highest `prio` first among
+    ready ones, then program order; None if the grid graph has a cycle."""
+    prio = np.zeros(len(preds)) if prio is None else prio
+    indeg = [len(p) for p in preds]
+    succs: list[list[int]] = [[] for _ in preds]
+    for c, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(c)
+    heap = [(-prio[g], g) for g in range(len(preds)) if indeg[g] == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, g = heapq.heappop(heap)
+        out.append(g)
+        for s in succs[g]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, (-prio[s], s))
+    return out if len(out) == len(preds) else None
 
 
 def topological_order(tables: Tables) -> np.ndarray:
     """One global topological order of the tasks (smallest ready id first); CycleError naming
     the tasks of one cycle if there is none."""
-    import heapq
     preds = task_predecessors(tables)
     n = len(preds)
     succs: list[list[int]] = [[] for _ in range(n)]

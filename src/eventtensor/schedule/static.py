@@ -24,19 +24,11 @@ import numpy as np
 
 from ..errors import ProgramError
 from ..ir import Program
-from ..lower import GUARDED, Tables, grid_graph, task_predecessors
-from ..sym import Expr
+from ..lower import GUARDED, Tables, grid_coords, grid_graph, grid_order, task_predecessors
 from ..vec import compile_exprs
 from .cost import CostModel, grid_costs
 
 POLICIES = ("critical_path", "round_robin")
-
-
-def _extent_product(extent: tuple[Expr, ...]) -> Expr:
-    out: Expr | int = 1
-    for d in extent:
-        out = d * out
-    return out  # type: ignore[return-value]
 
 
 class StaticTemplate:
@@ -53,8 +45,11 @@ class StaticTemplate:
         names = [g.name for g in program.grids]
         chosen = set(names if grids is None else grids)
         self.sym_names = [s.name for s in program.symbols]
-        self._counts = compile_exprs([_extent_product(g.extent) for g in program.grids],
-                                     self.sym_names)
+        self.rank = max((len(g.axes) for g in program.grids), default=0)
+        self._ext_pos = np.array([gi * self.rank + k for gi, g in enumerate(program.grids)
+                                  for k in range(len(g.axes))], np.int64)
+        self._extents = compile_exprs([d for g in program.grids for d in g.extent],
+                                      self.sym_names)
         ref = dict(reference or {s.name: s.hi for s in program.symbols})
         ref_counts = self._grid_counts(ref)
         cm = cost_model or CostModel(num_sms=num_sms)
@@ -67,29 +62,24 @@ class StaticTemplate:
             prio = _longest_path(preds, task_us * np.ceil(ref_counts / num_sms))
         self.order = np.array([i for i in _topo(preds, prio) if names[i] in chosen], np.int64)
         self.reference = ref
-        self.rank = max((len(g.axes) for g in program.grids), default=0)
-        dims = [d for g in program.grids for d in g.extent]
-        self._ext_pos = np.array([gi * self.rank + k for gi, g in enumerate(program.grids)
-                                  for k in range(len(g.axes))], np.int64)
-        self._extents = compile_exprs(dims, self.sym_names)
         self.ref_ext = self._grid_extents(ref)
         self.layouts: list[tuple[np.ndarray, tuple]] = []  # (extents, entries) small first
         if policy == "critical_path":
             for r in ([ref] if reference else _buckets(program, ref)):
                 costs = grid_costs(program, r)
                 us = np.array([cm.task_us(costs[n], num_sms) for n in names])
-                self.layouts.append((self._grid_extents(r),
-                                     self._place(self._grid_counts(r), us, preds, cm.hop_us,
-                                                 self._grid_extents(r))))
+                ext = self._grid_extents(r)
+                self.layouts.append((ext, self._place(ext, us, preds, cm.hop_us)))
         self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
-    def _place(self, counts: np.ndarray, task_us: np.ndarray, preds: list[set[int]],
-               hop_us: float, ext_all: np.ndarray) -> tuple:
+    def _place(self, ext_all: np.ndarray, task_us: np.ndarray, preds: list[set[int]],
+               hop_us: float) -> tuple:
         """List placement at one reference binding: tasks in global order, each on the SM
         that frees up first; a grid's tasks start no earlier than its predecessor grids end
         (plus a dependent hop). Returns the queues as entries (SM, grid, coordinates) sorted by
         SM, in order."""
         heap = [(0.0, s) for s in range(self.num_sms)]
+        counts = ext_all.prod(axis=1)
         grid_end = np.zeros(len(counts))
         grids, coords, sms = [], [], []
         for g in self.order:
@@ -103,10 +93,7 @@ class StaticTemplate:
                 end = max(end, finish)
                 heapq.heappush(heap, (finish, s))
             grid_end[g] = end
-            ext = ext_all[g][:len(self.program.grids[g].axes)]
-            c = np.indices(ext).reshape(len(ext), -1).T if len(ext) else \
-                np.zeros((1, 0), np.int64)
-            coords.append(np.pad(c, ((0, 0), (0, self.rank - c.shape[1]))))
+            coords.append(grid_coords(ext_all[g][:len(self.program.grids[g].axes)], self.rank))
             grids.append(np.full(out.size, g, np.int64))
             sms.append(out)
         sm = _cat(sms, 0)
@@ -122,8 +109,7 @@ class StaticTemplate:
         return out
 
     def _grid_counts(self, env: Mapping[str, int]) -> np.ndarray:
-        vals = self._counts(*(env[n] for n in self.sym_names))
-        return np.asarray(vals, dtype=np.int64).reshape(-1)
+        return self._grid_extents(env).prod(axis=1)
 
     def instantiate(self, env: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
         """Per-SM queues for binding `env` as CSR (queue_ptr[S + 1], queue_task[...]), task
@@ -195,33 +181,19 @@ def _longest_path(preds: list[set[int]], weight: np.ndarray) -> np.ndarray:
         for p in ps:
             succs[p].append(c)
     rank = np.zeros(len(preds))
-    for g in reversed(_topo(preds, np.zeros(len(preds)))):
+    for g in reversed(_topo(preds)):
         rank[g] = weight[g] + max((rank[s] for s in succs[g]), default=0.0)
     return rank
 
 
-def _topo(preds: list[set[int]], prio: np.ndarray) -> list[int]:
-    """Topological order of grids, highest priority first among ready ones (then program
-    order); ProgramError if the grid graph has a cycle (intra-grid waits are allowed)."""
-    indeg = [len(p) for p in preds]
-    succs: list[list[int]] = [[] for _ in preds]
-    for c, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(c)
-    heap = [(-prio[g], g) for g in range(len(preds)) if indeg[g] == 0]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        _, g = heapq.heappop(heap)
-        out.append(g)
-        for s in succs[g]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, (-prio[s], s))
-    if len(out) < len(preds):
+def _topo(preds: list[set[int]], prio: np.ndarray | None = None) -> list[int]:
+    """`grid_order`, or ProgramError if the grid graph has a cycle (intra-grid waits are
+    allowed)."""
+    order = grid_order(preds, prio)
+    if order is None:
         raise ProgramError("the task grids depend on each other in a cycle; a static schedule "
                            "needs an acyclic grid graph")
-    return out
+    return order
 
 
 def bucket_queues(tables: Tables, template: StaticTemplate, bucket: Mapping[str, int]):

@@ -5,8 +5,6 @@ s notifies `stage_barrier[s]` (guarded tasks too) and every task of stage s + 1 
 always already satisfied."""
 from __future__ import annotations
 
-import numpy as np
-
 from .. import sym
 from ..ir import Edge, EventDecl, Program
 from ..lower import grid_graph
@@ -18,7 +16,7 @@ BARRIER = "stage_barrier"
 
 def unfuse(p: Program) -> Program:
     """`p` with one barrier event between consecutive stages (grids in topological order)."""
-    order = [p.grids[i] for i in _topo(grid_graph(p), np.zeros(len(p.grids)))]
+    order = [p.grids[i] for i in _topo(grid_graph(p))]
     edges = list(p.edges)
     for s, g in enumerate(order):
         edges.append(Edge(g.name, BARRIER, "notify", IndexMap(g.axes, (Index(sym.as_expr(s)),)),
