@@ -6,13 +6,12 @@ checks that need concrete bindings (index ranges, wait counts, cycles) live in `
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from . import sym
 from .errors import MapError, ProgramError
-from .maps import FULL, Index, IndexMap, Load, Span
+from .maps import Index, IndexMap, Load, Span
 from .sym import Expr
 
 Role = Literal["input", "output", "temp"]
@@ -250,12 +249,3 @@ def _check_map(p: Program, m: IndexMap, axes: tuple[str, ...], rank: int, what: 
         if p.tensor(t).dtype not in INT_DTYPES:
             raise MapError(f"{what}: map '{m}' reads tensor '{t}' of dtype "
                            f"{p.tensor(t).dtype}; index tensors must be int32 or int64")
-
-
-def full_region(tensor: TensorDecl, axes: tuple[str, ...]) -> Region:
-    """A region covering the whole tensor for every task."""
-    return Region(tensor.name, IndexMap(axes, tuple(FULL for _ in tensor.shape)))
-
-
-def resolve_names(p: Program) -> Mapping[str, Expr]:
-    return dict(p._index["symbol"])

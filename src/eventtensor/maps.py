@@ -376,7 +376,3 @@ def _expr(node: ast.AST, scope: Mapping[str, Expr | int], text: str, prefix: str
     except ValueError as exc:
         raise MapError(f"{prefix}map '{text}': {exc}") from None
 
-
-def point(axes: Sequence[str], exprs: Sequence[Expr | int]) -> IndexMap:
-    """Map built in code: one index expression per dimension."""
-    return IndexMap(tuple(axes), tuple(Index(sym.as_expr(e)) for e in exprs))
