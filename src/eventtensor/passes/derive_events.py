@@ -24,6 +24,7 @@ from ..ir import Edge, EventDecl, Program, Region, TaskGrid
 from ..maps import Full, Index, IndexMap, Span, dim_values
 from ..sym import Expr
 from ..vec import compile_exprs
+from .validate import sample_bindings
 
 
 def derive_events(p: Program) -> Program:
@@ -33,13 +34,14 @@ def derive_events(p: Program) -> Program:
     events = list(p.events)
     edges = list(p.edges)
     names = {e.name for e in events}
+    bindings = sample_bindings(p)
     for c in p.grids:
         for r in c.reads:
             for prod in p.grids:
                 w = next((x for x in prod.writes if x.tensor == r.tensor), None)
                 if w is None or prod.name == c.name or _connected(p, edges, prod.name, c.name):
                     continue
-                derived = _derive(p, prod, w, c, r)
+                derived = _derive(p, prod, w, c, r, bindings)
                 if derived is None:  # the regions never overlap
                     continue
                 ev, notify, wait = derived
@@ -57,7 +59,8 @@ def _connected(p: Program, edges: list[Edge], prod: str, cons: str) -> bool:
                for e in edges)
 
 
-def _derive(p: Program, prod: TaskGrid, w: Region, cons: TaskGrid, r: Region):
+def _derive(p: Program, prod: TaskGrid, w: Region, cons: TaskGrid, r: Region,
+            bindings: list[dict[str, int]]):
     where = (f"cannot derive the dependency of task grid '{cons.name}' on '{prod.name}' "
              f"through tensor '{r.tensor}'")
     if w.map.is_data_dependent or r.map.is_data_dependent:
@@ -92,13 +95,13 @@ def _derive(p: Program, prod: TaskGrid, w: Region, cons: TaskGrid, r: Region):
         c_hi = c_lo + 1 if isinstance(rd, Index) else rd.stop  # type: ignore[union-attr]
         first = sym.simplify((c_lo - off) // s.value)
         last = sym.simplify(sym.cdiv(c_hi - off, s.value))
-        if _ever(p, cons, lambda v: v[0] < 0, [first]):  # clamp to the producer tiles
+        if _ever(bindings, cons, lambda v: v[0] < 0, [first]):  # clamp to the producer tiles
             first = sym.simplify(sym.smax(first, 0))
-        if _ever(p, cons, lambda v: v[0] > v[1], [last, n]):
+        if _ever(bindings, cons, lambda v: v[0] > v[1], [last, n]):
             last = sym.simplify(sym.smin(last, n))
-        if not _ever(p, cons, lambda v: v[0] < v[1], [first, last]):
+        if not _ever(bindings, cons, lambda v: v[0] < v[1], [first, last]):
             return None  # the consumer never reads what this producer writes
-        if _ever(p, cons, lambda v: v[0] > v[1], [first, last]):
+        if _ever(bindings, cons, lambda v: v[0] > v[1], [first, last]):
             last = sym.simplify(sym.smax(last, first))
         if first == sym.as_expr(0) and sym.simplify(last - n) == sym.as_expr(0):
             reduced.append(a)
@@ -115,10 +118,9 @@ def _derive(p: Program, prod: TaskGrid, w: Region, cons: TaskGrid, r: Region):
     return ev, notify, IndexMap(cons.axes, tuple(kept_dims))
 
 
-def _ever(p: Program, cons: TaskGrid, test, exprs: list[Expr]) -> bool:
-    """Whether `test` holds for some task of `cons` at some sampled binding."""
-    from .validate import sample_bindings
-    for env in sample_bindings(p):
+def _ever(bindings: list[dict[str, int]], cons: TaskGrid, test, exprs: list[Expr]) -> bool:
+    """Whether `test` holds for some task of `cons` at one of the `bindings`."""
+    for env in bindings:
         ext = [int(d.eval(env)) for d in cons.extent]
         if not all(ext):
             continue
