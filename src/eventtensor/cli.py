@@ -20,7 +20,7 @@ def _parse_binding(text: str | None) -> dict[str, int] | None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from .runner import check_example
-    print("eventtensor demo: the paper's three examples on the CPU interpreter")
+    print("eventtensor demo: the examples on the CPU interpreter")
     print(f"(virtual SMs: {args.sms}; every run is checked against a plain numpy computation, "
           "every task must run once, after its waits, with every counter at its wait count)\n")
     t0 = time.perf_counter()
@@ -73,10 +73,8 @@ def _compile_line() -> str:
 
 def _gpu_demo(torch) -> str:
     """Run the examples the CUDA backend supports on the megakernel and check them."""
-    import numpy as np
-
     from .backends.cuda.codegen import UnsupportedOnGpu
-    from .backends.cuda.runtime import Megakernel
+    from .backends.cuda.runtime import Megakernel, to_host
     name = torch.cuda.get_device_name(0)
     print(f"== on the GPU ({name}): one megakernel launch per run")
     for ex in EXAMPLES.values():
@@ -88,10 +86,8 @@ def _gpu_demo(torch) -> str:
                 continue
             for env in ex.bindings:
                 inputs = ex.make_inputs(env, 0)
-                gpu = {k: torch.as_tensor(np.ascontiguousarray(v), device="cuda")
-                       for k, v in inputs.items()}
-                out = mk.run(env, gpu)
-                err = ex.check({k: out[k].cpu().numpy() for k in ex.outputs}, inputs, env)
+                out = mk.run(env, mk.to_device(inputs))
+                err = ex.check({k: to_host(out[k]) for k in ex.outputs}, inputs, env)
                 print(f"   {ex.name:16s} {mode:8s} {env}  {mk.num_sms} CTAs  "
                       f"compiled in {mk.compiled.seconds:.2f} s  max err {err:.1e}")
     return f"GPU results match the numpy references ({name})."

@@ -8,10 +8,10 @@ from eventtensor.cli import main
 def test_demo_runs_every_example(capsys):
     assert main(["demo", "--interleavings", "2", "--sms", "8"]) == 0
     out = capsys.readouterr().out
-    for name in ("splitk_rowsum", "symbolic_batch", "toy_moe"):
+    for name in ("splitk_rowsum", "symbolic_batch", "toy_moe", "splitk_gemv_bf16"):
         assert f"== {name}" in out
     assert "B=64" in out and "dynamic" in out and "guarded" in out
-    assert "all results match the numpy references: 80 interleavings checked" in out
+    assert "all results match the numpy references: 112 interleavings checked" in out
     assert "persistent kernel" in out
 
 

@@ -1,6 +1,8 @@
 """Tensor state of an interpreter run, with the data-race checks.
 
-Buffers that tasks write start poisoned (NaN, or INT_POISON for integers) and every element
+Tensors are held as `dtypes.numpy_dtype` arrays; inputs and every tile written are rounded
+to the tensor's dtype (`dtypes.round_to_dtype`: bfloat16 to nearest, ties to even). Buffers
+that tasks write start poisoned (NaN, or INT_POISON for integers) and every element
 remembers the task that last wrote it. A read of an unwritten element, or of an element written
 by a task that no chain of events orders before the reader (happens-before sets as bitsets over
 task ids), raises MissingDependencyError naming the reader, the region and the producer.
@@ -11,6 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..dtypes import numpy_dtype, round_to_dtype
 from ..errors import MissingDependencyError
 from ..lower import Bound
 from ..maps import format_key
@@ -18,8 +21,6 @@ from ..maps import format_key
 INT_POISON = -0x5EADBEEF
 INPUT = -2       # writer id of input elements
 UNWRITTEN = -1
-NP_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32,
-             "int32": np.int32, "int64": np.int64}
 
 
 class DataState:
@@ -35,7 +36,7 @@ class DataState:
             raise ValueError(f"program '{self.p.name}' has no input tensor named "
                              f"{', '.join(sorted(unknown))}")
         for t in self.p.tensors:
-            shape, dt = b.tensor_shapes[t.name], NP_DTYPES[t.dtype]
+            shape, dt = b.tensor_shapes[t.name], numpy_dtype(t.dtype)
             if t.role == "input":
                 if t.name not in inputs:
                     raise ValueError(f"input tensor '{t.name}' of program '{self.p.name}' "
@@ -44,7 +45,7 @@ class DataState:
                 if arr.shape != shape:
                     raise ValueError(f"input tensor '{t.name}' has shape {arr.shape}, "
                                      f"expected {shape} at {b.env}")
-                self.data[t.name] = arr.astype(dt, copy=True)
+                self.data[t.name] = round_to_dtype(t.dtype, arr)
                 self.writer[t.name] = np.full(shape, INPUT, np.int64)
             else:
                 fill = np.nan if np.issubdtype(dt, np.floating) else INT_POISON
@@ -74,7 +75,7 @@ class DataState:
                 raise MissingDependencyError(
                     f"task {who} overwrites {name}[{format_key(key)}] written by task "
                     f"{self.b.task_name(int(w))} without an event ordering the two")
-        self.data[name][key] = value
+        self.data[name][key] = round_to_dtype(self.p.tensor(name).dtype, value)
         self.writer[name][key] = task
 
     def _producer_of(self, name: str, key, w: np.ndarray, ran: np.ndarray) -> str:
