@@ -105,6 +105,18 @@ def bench_hop(n: int, iters: int) -> dict:
     return out
 
 
+def bench_launch_floor(iters: int) -> dict:
+    """Fixed cost of one megakernel launch (one `nop` task per SM: launch, argument staging,
+    queue staging, last-CTA re-initialisation) next to one tiny torch kernel, both replayed
+    from a CUDA graph."""
+    mk = Megakernel(independent_nop(132), "static")
+    st = mk.launch({}, {})
+    mk.sync(st)
+    x = torch.ones(1, device="cuda")
+    return {"megakernel_ms": timed(captured(lambda: mk.relaunch(st)).replay, iters),
+            "torch_kernel_ms": timed(captured(lambda: x.add_(1.0)).replay, iters)}
+
+
 def bench_dispatch(k: int, iters: int) -> dict:
     out = {}
     for mode, program, x in (("static", independent(k), {"A": torch.rand(k, 1, device="cuda")}),
@@ -208,7 +220,10 @@ def markdown(r: dict) -> str:
              f"{disp['static']['us_per_task_per_sm']:.2f} us | - |",
              f"| dynamic dispatch per task per SM (`nop` / tile body) | "
              f"{disp['dynamic_nop']['us_per_task_per_sm']:.2f} / "
-             f"{disp['dynamic']['us_per_task_per_sm']:.2f} us | - |", "",
+             f"{disp['dynamic']['us_per_task_per_sm']:.2f} us | - |",
+             f"| launch floor, graph-replayed: megakernel with one `nop` per SM / one tiny "
+             f"torch kernel | {r['launch']['megakernel_ms'] * 1e3:.1f} / "
+             f"{r['launch']['torch_kernel_ms'] * 1e3:.1f} us | - |", "",
              "## Examples: megakernel vs one launch per stage (ms)", "",
              "`graph`: launches captured in a CUDA graph and replayed (GPU time without host "
              "launch cost). These problems are tiny: every time is latency bound, far above the "
@@ -242,6 +257,8 @@ def main() -> None:
            "command": "PYTHONPATH=src python3 benchmarks/megakernel_bench.py --out $OUT"}
     res["hop"] = bench_hop(20000, 10)
     print("hop", res["hop"])
+    res["launch"] = bench_launch_floor(args.iters)
+    print("launch", res["launch"])
     res["dispatch"] = bench_dispatch(132 * 200, 20)
     print("dispatch", res["dispatch"])
     res["examples"] = bench_examples(args.iters)

@@ -5,7 +5,8 @@ import torch
 from eventtensor.backends.cuda.runtime import Megakernel
 from eventtensor.examples import EXAMPLES
 
-for name, env in (("splitk_rowsum", {"n": 2}), ("symbolic_batch", {"B": 5})):
+for name, env in (("splitk_rowsum", {"n": 2}), ("symbolic_batch", {"B": 5}),
+                  ("toy_moe", {"T": 13})):
     ex = EXAMPLES[name]
     for mode in ("static", "dynamic"):
         mk = Megakernel(ex.build(), mode, num_sms=8)

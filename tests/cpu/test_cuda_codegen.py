@@ -1,11 +1,19 @@
 """Every generated megakernel compiles with NVRTC for sm_90a (no GPU needed)."""
+import numpy as np
 import pytest
 
+from eventtensor import ProgramBuilder
 from eventtensor.backends.cuda.codegen import UnsupportedOnGpu, generate, kernel_name
 from eventtensor.backends.cuda.compiler import CompileError, compile_source
+from eventtensor.backends.cuda.runtime import (
+    EARLY_BIT,
+    EARLY_WATCH_BIT,
+    PUSH_BIT,
+    _notify_records,
+)
 from eventtensor.examples import EXAMPLES
 from eventtensor.passes import run_pipeline
-from eventtensor.schedule import prepare
+from eventtensor.schedule import lower, prepare
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings not installed")
 
@@ -19,7 +27,7 @@ def program_for(name, mode):
     return prepare(EXAMPLES[name].build(), mode)
 
 
-GPU_CASES = [(n, m) for n in ("splitk_rowsum", "symbolic_batch") for m in
+GPU_CASES = [(n, m) for n in ("splitk_rowsum", "symbolic_batch", "splitk_gemv_bf16") for m in
              ("static", "dynamic", "unfused")] + [("toy_moe", "static"), ("toy_moe", "unfused")]
 
 
@@ -32,10 +40,35 @@ def test_example_kernels_compile_for_sm90a(name, mode):
         assert "// notify expert_ready[t->topk_ids[t, :]]" in src
         assert "// trigger expert_ready -> k->exp_indptr[k]:exp_indptr[k + 1]" in src
         assert "// expert_ready: k->expert_counts[k]" in src
+    if name == "splitk_gemv_bf16":  # bf16 x and W tiles, fp32 partials, bf16 y
+        assert "const EtBTile t0 = et_tile((et_bf16*)" in src
+        assert "const EtTile t0 = et_tile((float*)" in src
     c = compile_source(src, kernel_name(p, mode))
     assert c.cubin[:4] == b"\x7fELF" and not c.cached
     again = compile_source(src, kernel_name(p, mode))
     assert again.cached and again.cubin == c.cubin
+
+
+def mixed_dtype_program(a: str, partial: str, out: str):
+    """Split-K row sum with the given dtypes of input, partials and output."""
+    pb = ProgramBuilder(f"rowsum_{a}_{partial}_{out}")
+    pb.input("A", (32, 64), a)
+    pb.temp("P", (2, 32, 1), partial)
+    pb.output("out", (32, 1), out)
+    pb.event("E")
+    pb.grid("part", "row_sum", "j", (2,), reads={"A": ":, 32*j:32*j + 32"},
+            writes={"P": "j, :, :"}, notify={"E": "j->"})
+    pb.grid("final", "sum_partials", "i", (1,), reads={"P": ":, :, :"}, writes={"out": ":, :"},
+            wait={"E": "i->"})
+    return pb.build()
+
+
+@pytest.mark.parametrize("dtypes", [("bfloat16", "bfloat16", "bfloat16"),
+                                    ("bfloat16", "float32", "bfloat16"),
+                                    ("float32", "bfloat16", "float32")])
+def test_bodies_take_any_mix_of_float32_and_bfloat16_tiles(dtypes):
+    p = prepare(mixed_dtype_program(*dtypes), "static")
+    compile_source(generate(p, "static"), kernel_name(p, "static"))
 
 
 def test_dump_writes_every_stage(tmp_path, monkeypatch):
@@ -57,12 +90,126 @@ def test_random_programs_compile():
             compile_source(generate(p, mode), kernel_name(p, mode))
 
 
-def test_codegen_error_names_the_edge():
-    with pytest.raises(UnsupportedOnGpu, match=r"notify edge gather -> expert_ready is data "
-                                               r"dependent; .* static and unfused modes only"):
-        generate(run_pipeline(EXAMPLES["toy_moe"].build()), "dynamic")
+@pytest.mark.parametrize("experts", [4, 8, 16])
+def test_moe_dynamic_kernels_compile_for_sm90a(experts):
+    """Dynamic mode with every kind of data-dependent edge: notifies that may complete their
+    element, runtime counts armed by the scan task, trigger ranges released on completion."""
+    from eventtensor.examples import moe
+    p = prepare(moe.build(experts), "dynamic")
+    src = generate(p, "dynamic")
+    assert '#include "eventtensor/dynamic.cuh"' in src
+    assert src.count("et_notify_counted(A, x, 0);") == 2  # gather, expert_gemm
+    assert "// arm expert_ready: wait count expert_counts[k], written as expert_counts[:]" in src
+    assert "// arm gemm_done: wait count expert_tiles[k], written as expert_tiles[:]" in src
+    assert "// trigger expert_ready -> expert_gemm: k->exp_indptr[k]:exp_indptr[k + 1]" in src
+    assert "et_release_range(A, 0, " in src
+    assert compile_source(src, kernel_name(p, "dynamic")).cubin[:4] == b"\x7fELF"
+
+
+def dynamic_edges_program(triggers: tuple[str, ...] = ("E",)):
+    """E (static count, affine notifies: early push in dynamic mode) releases tasks
+    lo[k]:hi[k] of grid c; F's wait count is read from the input `cnt`, and F is notified
+    through the input `ids`."""
+    pb = ProgramBuilder("dyn_edges")
+    pb.input("A", (8, 4))
+    for name, shape in (("lo", (2,)), ("hi", (2,)), ("ids", (6,)), ("cnt", (3,))):
+        pb.input(name, shape, "int32")
+    pb.output("t", (2, 1))
+    pb.output("o", (8, 1))
+    pb.output("u", (3, 1))
+    pb.event("E", (2,))
+    pb.event("F", (3,), wait_count="k->cnt[k]")
+    pb.grid("p", "row_sum", "k", (2,), reads={"A": "k, :"}, writes={"t": "k, :"},
+            notify={"E": "k->k"})
+    pb.grid("c", "row_sum", "i", (8,), reads={"A": "i, :"}, writes={"o": "i, :"})
+    for ev in triggers:
+        pb.trigger(ev, "c", "k->lo[k]:hi[k]")
+    pb.grid("q", "nop", "i", (6,), notify={"F": "i->ids[i]"})
+    pb.grid("r", "row_sum", "k", (3,), reads={"A": "k, :"}, writes={"u": "k, :"},
+            wait={"F": "k->k"})
+    return pb.build()
+
+
+def dynamic_edges_inputs(ids=(0, 2, 0, 2, 2, 0), cnt=None):
+    """Tasks c(3), c(4) and c(7) are in no range; q(i) notifies F[ids[i]], whose wait count
+    is `cnt` (default: the number of its notifies, so F[1] waits for none)."""
+    return {"A": np.arange(32, dtype=np.float32).reshape(8, 4),
+            "lo": np.array([0, 5], np.int32), "hi": np.array([3, 7], np.int32),
+            "ids": np.array(ids, np.int32),
+            "cnt": np.array(np.bincount(ids, minlength=3) if cnt is None else cnt, np.int32)}
+
+
+def test_dynamic_kernel_arms_input_counts_and_watches_early_trigger_sources():
+    p = prepare(dynamic_edges_program(), "dynamic")
+    src = generate(p, "dynamic")
+    assert "// arm F: wait count cnt[k] (input)" in src
+    assert "// trigger E -> c: k->lo[k]:hi[k]" in src
+    compile_source(src, kernel_name(p, "dynamic"))
+    t = lower(dynamic_edges_program(), {}, "dynamic", 4)
+    assert t.early[:2].all()  # E: early push, and its completion releases trigger ranges
+    rec = _notify_records(t)[:2]  # p(0) and p(1) notify E[0] and E[1]
+    np.testing.assert_array_equal(rec & 0x1FFFFFFF, [0, 1])
+    assert ((rec & EARLY_WATCH_BIT) != 0).all() and ((rec & PUSH_BIT) != 0).all()
+    assert not (rec & EARLY_BIT).any()
+    static = lower(dynamic_edges_program(), {}, "static", 4)
+    assert not (_notify_records(static) & (EARLY_WATCH_BIT | PUSH_BIT)).any()
+
+
+def tile_counts_program(region: str):
+    """A scan on grid (2,) whose task s writes `region` of the wait counts of E."""
+    pb = ProgramBuilder("tile_counts")
+    pb.input("topk_ids", (8, 2), "int32")
+    writes = {"expert_counts": region, "expert_tiles": ":", "exp_indptr": ":",
+              "tile_expert": ":", "tile_lo": ":", "tile_hi": ":", "slot": ":, :"}
+    for name in writes:
+        pb.temp(name, {"slot": (8, 2), "exp_indptr": (9,)}.get(name, (8,)), "int32")
+    pb.event("E", (8,), wait_count="k->expert_counts[k]")
+    pb.grid("scan", "moe_scan", "s", (2,), reads={"topk_ids": ":, :"}, writes=writes,
+            params={"experts": 8, "tile_m": 4})
+    pb.grid("g", "nop", "t", (8,), notify={"E": "t->topk_ids[t, :]"})
+    pb.grid("c", "nop", "k", (8,), wait={"E": "k->k"})
+    return pb.build()
+
+
+@pytest.mark.parametrize("region, armed_if", [
+    ("4*s:4*s + 4", "if ((e0 >= 4*c_s && e0 < 4*c_s + 4))"), ("s", "if ((e0 == c_s))")])
+def test_counts_are_armed_by_the_task_that_wrote_them(region, armed_if):
+    p = prepare(tile_counts_program(region), "dynamic")
+    src = generate(p, "dynamic")
+    assert f"{armed_if} et_arm(A, x, " in src
+    compile_source(src, kernel_name(p, "dynamic"))
+
+
+def test_codegen_error_names_what_the_gpu_does_not_run():
+    p = run_pipeline(dynamic_edges_program(triggers=("E", "F")))
+    with pytest.raises(UnsupportedOnGpu, match=r"task grid 'c' has 2 trigger edges \(from E, "
+                                               r"F\); dynamic mode on the GPU releases a grid "
+                                               r"through one trigger edge"):
+        generate(p, "dynamic")
+    generate(p, "static")
+    with pytest.raises(UnsupportedOnGpu, match=r"task grid 'scan' writes count tensor "
+                                               r"'expert_counts' through index vector "
+                                               r"topk_ids\[s, :\]; dynamic mode arms counts "
+                                               r"written at indices and ranges only"):
+        generate(prepare(tile_counts_program("topk_ids[s, :]"), "dynamic"), "dynamic")
     with pytest.raises(UnsupportedOnGpu, match="scheduling mode 'hybrid'"):
         generate(run_pipeline(EXAMPLES["splitk_rowsum"].build()), "hybrid")
+
+
+def test_trigger_source_complete_from_the_start_is_refused():
+    pb = ProgramBuilder("zero_source")
+    pb.input("A", (4, 2))
+    for name in ("lo", "hi"):
+        pb.input(name, (2,), "int32")
+    pb.output("o", (4, 1))
+    pb.event("E", (2,))
+    pb.grid("p", "nop", "k", (2,), notify={"E": "k->1"})  # E[0] gets no notify: count 0
+    pb.grid("c", "row_sum", "i", (4,), reads={"A": "i, :"}, writes={"o": "i, :"})
+    pb.trigger("E", "c", "k->lo[k]:hi[k]")
+    t = lower(pb.build(), {}, "dynamic", 4)
+    with pytest.raises(UnsupportedOnGpu, match=r"trigger edge E -> c at \{\}: E\[0\] has wait "
+                                               r"count 0 .* needs every source element"):
+        _notify_records(t)
 
 
 def test_compile_error_carries_the_log():

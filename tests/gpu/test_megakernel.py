@@ -38,26 +38,70 @@ def to_gpu(arrays):
 @pytest.mark.parametrize("name, bindings", [
     ("splitk_rowsum", [{"n": 1}, {"n": 2}, {"n": 5}, {"n": 37}, {"n": 256}]),
     ("symbolic_batch", [{"B": 1}, {"B": 3}, {"B": 7}, {"B": 64}]),
+    ("splitk_gemv_bf16", [{"B": 1}, {"B": 3}, {"B": 16}, {"B": 64}]),
 ])
 def test_examples_match_reference_and_interpreter(name, bindings, mode):
+    from eventtensor.backends.cuda.runtime import to_host
     ex = EXAMPLES[name]
     mk = megakernel(ex.build(), mode)
+    tol = max(ex.rtol, 1e-4)  # bf16 outputs: fp32 and fp64 sums may round one ulp apart
     for env in bindings:
         inputs = ex.make_inputs(env, 7)
-        out = mk.run(env, to_gpu(inputs))
-        got = {k: out[k].cpu().numpy() for k in ex.outputs}
+        out = mk.run(env, mk.to_device(inputs))
+        got = {k: to_host(out[k]) for k in ex.outputs}
         ex.check(got, inputs, env)
         cpu = cpu_run(lower(ex.build(), env, mode, 8), inputs, seed=1).tensors
         for k in ex.outputs:
-            np.testing.assert_allclose(got[k], cpu[k], rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(got[k], cpu[k], rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("mode", ["static", "unfused"])
+@pytest.mark.parametrize("mode", MODES)
+def test_bf16_store_rounds_to_nearest_even(mode):
+    """y is the fp32 sum of the partials (in split order) rounded like `round_to_dtype`;
+    row 0 of x picks W rows 0 and 64, set so that y[0, :3] are ties."""
+    from eventtensor.backends.cuda.runtime import to_host
+    from eventtensor.dtypes import round_to_dtype
+    ex = EXAMPLES["splitk_gemv_bf16"]
+    env = {"B": 3}
+    inputs = ex.make_inputs(env, 3)
+    inputs["x"][0] = 0.0
+    inputs["x"][0, [0, 64]] = 1.0
+    inputs["W"][0, :3] = 1.0
+    inputs["W"][64, :3] = [2 ** -8, 3 * 2 ** -8, -2 ** -9]
+    mk = megakernel(ex.build(), mode)
+    out = mk.run(env, mk.to_device(inputs))
+    assert out["y"].dtype == _torch().bfloat16
+    y, p = to_host(out["y"]), to_host(out["partials"])
+    acc = p[0]
+    for s in range(1, len(p)):
+        acc = acc + p[s]  # float32, in the order the body adds
+    np.testing.assert_array_equal(y, round_to_dtype("bfloat16", acc))
+    np.testing.assert_array_equal(y[0, :3], [1.0, 1 + 2 ** -6, 1.0])
+
+
+@pytest.mark.parametrize("dtypes", [("bfloat16", "bfloat16", "bfloat16"),
+                                    ("bfloat16", "float32", "bfloat16"),
+                                    ("float32", "bfloat16", "float32")])
+def test_bodies_on_mixed_dtype_tiles_match_interpreter(dtypes):
+    """Integer inputs: every sum is exact in fp32, so GPU and CPU round the same values."""
+    from eventtensor.backends.cuda.runtime import to_host
+    sys.path.insert(0, str(Path(__file__).parents[1] / "cpu"))
+    from test_cuda_codegen import mixed_dtype_program
+    program = mixed_dtype_program(*dtypes)
+    a = np.random.default_rng(0).integers(-40, 41, (32, 64)).astype(np.float32)
+    mk = megakernel(program, "static")
+    out = mk.run({}, mk.to_device({"A": a}))
+    cpu = cpu_run(lower(program, {}, "static", 8), {"A": a}).tensors
+    for k in ("P", "out"):
+        np.testing.assert_array_equal(to_host(out[k]), cpu[k])
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("experts", [4, 8, 16])
 def test_moe_data_dependent_edges_on_gpu(mode, experts):
     """Router top-2, grouping by expert (data-dependent notify, runtime wait counts), expert
-    GEMM tiles released by a data-dependent trigger range (guarded past the last tile),
-    combine; skewed routing starves some experts."""
+    GEMM tiles released by a data-dependent trigger range (guarded past the last tile, never
+    pushed in dynamic mode), combine; skewed routing starves some experts (wait counts 0)."""
     from eventtensor.examples import moe
     mk = megakernel(moe.build(experts), mode)
     torch = _torch()
@@ -68,32 +112,85 @@ def test_moe_data_dependent_edges_on_gpu(mode, experts):
             gpu = {k: torch.as_tensor(v, device="cuda") for k, v in inputs.items()}
             for _ in range(2):  # the second launch reuses the re-initialised counters
                 out = mk.run(env, gpu)
-            moe.MOE.check({"out": out["out"].cpu().numpy()}, inputs, env)
+            got = out["out"].cpu().numpy()
+            moe.MOE.check({"out": got}, inputs, env)
             counts = out["expert_counts"].cpu().numpy()
             assert counts.sum() == 2 * T
             if skew:
                 assert counts[0] == counts[1] == T and (counts[2:] == 0).all()
+            cpu = cpu_run(lower(moe.build(experts), env, mode, 8), inputs, seed=T).tensors
+            np.testing.assert_array_equal(counts, cpu["expert_counts"])
+            np.testing.assert_allclose(got, cpu["out"], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("mode", ["static", "dynamic"])
-def test_ten_thousand_launches_without_host_reset(mode):
-    ex = EXAMPLES["splitk_rowsum"]
-    env = {"n": 3}
+def _dynamic_edges():
+    sys.path.insert(0, str(Path(__file__).parents[1] / "cpu"))
+    from test_cuda_codegen import dynamic_edges_inputs, dynamic_edges_program
+    return dynamic_edges_program(), dynamic_edges_inputs
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_trigger_ranges_and_input_wait_counts_on_gpu(mode):
+    """An early-push trigger source releasing c tiles, tiles no range covers (dynamic mode
+    must still terminate), a wait count read from an input (armed at launch; 0 completes at
+    once), in every mode against the interpreter."""
+    from eventtensor.backends.cuda.runtime import to_host
+    program, make_inputs = _dynamic_edges()
+    mk = megakernel(program, mode)
+    covered = [0, 1, 2, 5, 6]
+    for ids in ((0, 2, 0, 2, 2, 0), (2, 2, 2, 2, 2, 2)):
+        inputs = make_inputs(ids)
+        gpu = mk.to_device(inputs)
+        for _ in range(3):  # later launches reuse the re-initialised device state
+            st = mk.launch({}, gpu)
+            mk.sync(st)
+        cpu = cpu_run(lower(program, {}, mode, 8), inputs, seed=1).tensors
+        out = {k: to_host(v) for k, v in st.arrays["tensors"].items()}
+        np.testing.assert_array_equal(out["o"][covered], cpu["o"][covered])
+        for k in ("t", "u"):
+            np.testing.assert_array_equal(out[k], cpu[k])
+        _assert_reinitialised(st)
+
+
+def test_dynamic_watchdog_reports_a_task_never_pushed():
+    """F[0] waits for 4 notifies but gets 3: r(0) is never pushed, so the dynamic loop must
+    not mistake the end of the other tasks for the end of the launch."""
+    program, make_inputs = _dynamic_edges()
+    mk = megakernel(program, "dynamic", watchdog_s=0.2)
+    with pytest.raises(DeadlockError, match=r"waited more than 0.2 s for queue slot"):
+        mk.sync(mk.launch({}, mk.to_device(make_inputs(cnt=(4, 0, 3)))))
+    st = mk.launch({}, mk.to_device(make_inputs()))  # the kernel still works afterwards
+    mk.sync(st)
+    _assert_reinitialised(st)
+
+
+def _assert_reinitialised(st):
+    """Device state as the last CTA leaves it for the next launch (no host memset)."""
+    a = st.arrays
+    assert not a["counter"].any().item()
+    assert not a["head_tail_done"].any().item()
+    assert not a["dyn_state"].any().item()
+    assert (a["queue"] == -1).all().item()
+    assert (a["pending"] == a["pending0"]).all().item()
+
+
+@pytest.mark.parametrize("name, env, mode", [("splitk_rowsum", {"n": 3}, "static"),
+                                             ("splitk_rowsum", {"n": 3}, "dynamic"),
+                                             ("toy_moe", {"T": 13}, "dynamic")])
+def test_ten_thousand_launches_without_host_reset(name, env, mode):
+    ex = EXAMPLES[name]
     mk = megakernel(ex.build(), mode)
     inputs = ex.make_inputs(env, 0)
     gpu = to_gpu(inputs)
-    want = ex.reference(inputs, env)["out"]
     st = None
     for i in range(10_000):
         st = mk.launch(env, gpu)
         if i % 2500 == 0:
             mk.sync(st)
-            np.testing.assert_array_equal(st.arrays["tensors"]["out"].cpu().numpy(), want)
+            ex.check({k: st.arrays["tensors"][k].cpu().numpy() for k in ex.outputs}, inputs, env)
     mk.sync(st)
-    np.testing.assert_array_equal(st.arrays["tensors"]["out"].cpu().numpy(), want)
-    assert not st.arrays["counter"].any().item()          # re-initialised by the last CTA
-    assert not st.arrays["head_tail_done"].any().item()
-    assert (st.arrays["pending"] == st.arrays["pending0"]).all().item()
+    ex.check({k: st.arrays["tensors"][k].cpu().numpy() for k in ex.outputs}, inputs, env)
+    _assert_reinitialised(st)  # by the last CTA of every launch
 
 
 def test_watchdog_turns_a_deadlock_into_an_error():

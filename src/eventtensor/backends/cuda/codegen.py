@@ -3,20 +3,21 @@
 Only glue is generated: the symbol prelude; one `case` per task grid in the dispatch switch
 (coordinates from the task record, tile views from the region maps through `sym`'s C printer,
 index tensors read where a region is data dependent, the kind's body call); the
-data-dependent waits, triggers and notifies of each grid; the runtime wait counts; the kernel
-entry choosing the static or dynamic loop. Everything else is the hand-written device library
-in `include/eventtensor/`. Binding-dependent tables are kernel data, so one kernel serves every
-binding of the symbols.
+data-dependent waits, triggers and notifies of each grid; the runtime wait counts; in dynamic
+mode, the arming of runtime wait counts and the trigger ranges released on completion (see
+`dynamic.cuh`); the kernel entry choosing the static or dynamic loop. Everything else is the
+hand-written device library in `include/eventtensor/`. Binding-dependent tables are kernel
+data, so one kernel serves every binding of the symbols.
 """
 from __future__ import annotations
 
 from ... import sym
 from ...errors import ProgramError
 from ...ir import Edge, EventDecl, Program, Region, TaskGrid
-from ...maps import Full, IndexMap, Load, Span
+from ...maps import Full, Index, IndexMap, Load, Span
 
-SYM_BASE = 32   # first launch-argument slot of the symbol values (see runtime.cuh)
-MAX_SLOTS = 64  # ET_SLOTS in runtime.cuh
+SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.cuh)
+MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "unfused")
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
@@ -34,7 +35,9 @@ BODIES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
     "moe_expert_gemm": ([("reads", "xs"), ("reads", "w_experts"), ("writes", "ys")], []),
     "moe_combine": ([("reads", "ys"), ("reads", "topk_w"), ("writes", "out")], []),
 }
-CTYPE = {"float32": ("float", "EtTile"), "int32": ("int", "EtITile")}
+# dtype -> (element type, tile type) of bodies.cuh
+CTYPE = {"float32": ("float", "EtTile"), "bfloat16": ("et_bf16", "EtBTile"),
+         "int32": ("int", "EtITile")}
 
 
 class UnsupportedOnGpu(ProgramError):
@@ -82,16 +85,41 @@ class _Gen:
         return (f"((const int*)ET_TENSOR({self.tindex[ld.tensor]}) + ({flat}))",
                 self.c(t.shape[-1]))
 
+    def size(self, dims) -> str:
+        """C expression of the product of `dims`."""
+        prod = "1"
+        for d in dims:
+            prod = f"({prod}) * ({self.c(d)})"
+        return prod
+
     def event_base(self, name: str) -> str:
-        terms = []
-        for e in self.p.events:
-            if e.name == name:
-                break
-            prod = "1"
-            for d in e.shape:
-                prod = f"({prod}) * ({self.c(d)})"
-            terms.append(prod)
-        return " + ".join(terms) or "0"
+        """First element id of event `name` (events are numbered in program order)."""
+        return " + ".join(self.size(e.shape) for e in
+                          self.p.events[:[e.name for e in self.p.events].index(name)]) or "0"
+
+    def task_base(self, name: str) -> str:
+        """First task id of grid `name` (grids are numbered in program order)."""
+        return " + ".join(self.size(g.extent) for g in
+                          self.p.grids[:[g.name for g in self.p.grids].index(name)]) or "0"
+
+    def event_ren(self, ev: EventDecl) -> dict:
+        """Renaming of the symbols and of the axes of `ev` to element coordinates e0, e1, ..."""
+        return {**self.ren, **{a: sym.Sym(f"e{k}", 0, None) for k, a in enumerate(ev.axes)}}
+
+    def element_of(self, ev: EventDecl, indent: str) -> tuple[str, list[str]]:
+        """(C condition that element `x` belongs to `ev`, lines computing its coordinates
+        e0, e1, ... inside that condition)."""
+        base = self.event_base(ev.name)
+        lines = [f"{indent}long long r = x - ({base});"]
+        for k in reversed(range(len(ev.shape))):
+            lines.append(f"{indent}const long long e{k} = r % ({self.c(ev.shape[k])}); "
+                         f"r /= ({self.c(ev.shape[k])});")
+        return f"x >= {base} && x < {base} + {self.size(ev.shape)}", lines
+
+    def all_elements(self, ev: EventDecl, body: list[str], indent: str) -> list[str]:
+        """Loops over every element `x` of `ev` (coordinates e0, e1, ...) around `body`."""
+        return self.element_loops(IndexMap(ev.axes, tuple(Full() for _ in ev.shape)), ev,
+                                  self.ren, body, indent)
 
     def element_loops(self, m: IndexMap, ev: EventDecl, ren, body: list[str],
                       indent: str) -> list[str]:
@@ -128,12 +156,9 @@ def generate(p: Program, mode: str) -> str:
     if mode not in GPU_MODES:
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")
-    if mode == "dynamic":
-        for e in p.edges:
-            if e.kind == "trigger" or e.map.is_data_dependent:
-                raise UnsupportedOnGpu(f"{e.kind} edge {e.grid} -> {e.event} is data dependent; "
-                                       "the CUDA backend runs data-dependent edges in the "
-                                       "static and unfused modes only")
+    dynamic = mode == "dynamic"
+    if dynamic:
+        _check_triggers(p)
     if SYM_BASE + len(p.symbols) + len(p.tensors) > MAX_SLOTS:
         raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols and "
                                f"{len(p.tensors)} tensors; the launch arguments hold "
@@ -144,10 +169,12 @@ def generate(p: Program, mode: str) -> str:
            f"{len(p.tensors)} tensors",
            sym.C_PRELUDE,
            '#include "eventtensor/runtime.cuh"',
+           '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"', "",
            f"#define ET_TENSOR(i) (A[{SYM_BASE + len(p.symbols)} + (i)])", ""]
     out += _dispatch(g)
-    out += _prefetch(g) + _extra_waits(g) + _extra_notifies(g) + _runtime_counts(g)
+    out += _prefetch(g) + _extra_waits(g) + _extra_notifies(g, dynamic) + _runtime_counts(g)
+    out += _arm_written(g, dynamic) + _arm_inputs(g, dynamic) + _release_triggers(g, dynamic)
     out += ["", f'extern "C" __global__ void __launch_bounds__(256) {kernel_name(p, mode)}'
             "(const long long* __restrict__ args) {",
             "    __shared__ long long A[ET_SLOTS];",
@@ -283,7 +310,7 @@ def _extra_waits(g: _Gen) -> list[str]:
                                      ["if (!et_wait_elem(A, task.id, x)) return 0;"], "        ")
         for e in trig:
             ev = g.p.event(e.event)
-            eren = {**g.ren, **{a: sym.Sym(f"e{k}", 0, None) for k, a in enumerate(ev.axes)}}
+            eren = g.event_ren(ev)
             span = e.map.dims[0]
             assert isinstance(span, Span)
             lines.append(f"        {{  // trigger {e.event} -> {e.map}: find the element")
@@ -291,8 +318,7 @@ def _extra_waits(g: _Gen) -> list[str]:
             body = [f"const long long lo = {g.value(span.start, eren)}, "
                     f"hi = {g.value(span.stop, eren)};",
                     f"if (c_{grid.axes[0]} >= lo && c_{grid.axes[0]} < hi) found = x;"]
-            lines += g.element_loops(IndexMap(ev.axes, tuple(Full() for _ in ev.shape)), ev,
-                                     eren, body, "            ")
+            lines += g.all_elements(ev, body, "            ")
             lines += ["            if (found < 0) return 2;  // guarded",
                       "            if (!et_wait_elem(A, task.id, found)) return 0;", "        }"]
         return f"task grid {grid.name}", lines
@@ -302,7 +328,11 @@ def _extra_waits(g: _Gen) -> list[str]:
         tail=("    return 1;",))
 
 
-def _extra_notifies(g: _Gen) -> list[str]:
+def _extra_notifies(g: _Gen, dynamic: bool) -> list[str]:
+    """Data-dependent notifies; in dynamic mode each one may complete its element (such
+    elements are never early-push ones)."""
+    notify = "et_notify_counted(A, x, 0);" if dynamic else "et_notify_elem(A, x);"
+
     def case(grid: TaskGrid, ren):
         notes = _dd_edges(g, grid, "notify")
         if not notes:
@@ -310,8 +340,7 @@ def _extra_notifies(g: _Gen) -> list[str]:
         lines = []
         for e in notes:
             lines.append(f"        // notify {e.event}[{e.map}]")
-            lines += g.element_loops(e.map, g.p.event(e.event), ren,
-                                     ["et_notify_elem(A, x);"], "        ")
+            lines += g.element_loops(e.map, g.p.event(e.event), ren, [notify], "        ")
         return f"task grid {grid.name}", lines
 
     return _grid_switch(
@@ -325,17 +354,91 @@ def _runtime_counts(g: _Gen) -> list[str]:
         ld = ev.runtime_count
         if ld is None:
             continue
-        base = g.event_base(ev.name)
-        size = " * ".join(f"({g.c(d)})" for d in ev.shape) or "1"
-        out.append(f"    if (x >= {base} && x < {base} + {size}) {{  // {ev.name}: "
-                   f"{ev.wait_count}")
-        out.append(f"        long long r = x - ({base});")
-        eren = dict(g.ren)
-        for k in reversed(range(len(ev.shape))):
-            out.append(f"        const long long e{k} = r % ({g.c(ev.shape[k])}); "
-                       f"r /= ({g.c(ev.shape[k])});")
-            eren[ev.axes[k]] = sym.Sym(f"e{k}", 0, None)
-        out.append(f"        return {g.load(ld, eren)};")
-        out.append("    }")
+        cond, coords = g.element_of(ev, "        ")
+        out += [f"    if ({cond}) {{  // {ev.name}: {ev.wait_count}", *coords,
+                f"        return {g.load(ld, g.event_ren(ev))};", "    }"]
     out += ["    return 0;", "}", ""]
     return out
+
+
+def _check_triggers(p: Program) -> None:
+    """Dynamic mode counts the tasks of a trigger grid that no range covers once the trigger
+    edge's last source element completes: one trigger edge per grid."""
+    for grid in p.grids:
+        trig = p.edges_of(grid=grid.name, kind="trigger")
+        if len(trig) > 1:
+            raise UnsupportedOnGpu(f"task grid '{grid.name}' has {len(trig)} trigger edges (from "
+                                   f"{', '.join(e.event for e in trig)}); dynamic mode on the GPU "
+                                   "releases a grid through one trigger edge")
+
+
+def _count_events(g: _Gen) -> list[tuple[EventDecl, Load]]:
+    return [(ev, ev.runtime_count) for ev in g.p.events if ev.runtime_count is not None]
+
+
+def _arm_written(g: _Gen, dynamic: bool) -> list[str]:
+    """Dynamic mode: after a task's body, arm each runtime-count element whose count lies in
+    the region of the count tensor that the task wrote (cpu.py `_arm`)."""
+    def case(grid: TaskGrid, ren):
+        lines = []
+        for ev, ld in _count_events(g):
+            for r in grid.writes:
+                if r.tensor != ld.tensor:
+                    continue
+                eren = g.event_ren(ev)
+                cond = _written(g, grid, r, ld, ren, eren)
+                arm = f"et_arm(A, x, {g.load(ld, eren)});"
+                lines.append(f"        // arm {ev.name}: wait count {ld}, written as "
+                             f"{r.tensor}[{', '.join(str(d) for d in r.map.dims)}]")
+                lines += g.all_elements(ev, [f"if ({cond}) {arm}" if cond else arm], "        ")
+        return (f"task grid {grid.name}", lines) if lines else None
+
+    return _grid_switch(
+        g, "__device__ void et_arm_written(const long long* A, const EtTask& task) {",
+        case if dynamic else lambda grid, ren: None)
+
+
+def _written(g: _Gen, grid: TaskGrid, r: Region, ld: Load, ren, eren) -> str:
+    """C condition (empty: always) that the count `ld` loads lies in region `r` of the task."""
+    conds = []
+    for i, d in zip(ld.index, r.map.dims):
+        k = g.c(i, eren)
+        if isinstance(d, Span):
+            conds.append(f"{k} >= {g.value(d.start, ren)} && {k} < {g.value(d.stop, ren)}")
+        elif isinstance(d, Index):
+            if isinstance(d.value, Load) and d.value.is_vector:
+                raise UnsupportedOnGpu(f"task grid '{grid.name}' writes count tensor "
+                                       f"'{r.tensor}' through index vector {d.value}; dynamic "
+                                       "mode arms counts written at indices and ranges only")
+            conds.append(f"{k} == {g.value(d.value, ren)}")
+    return " && ".join(f"({c})" for c in conds)
+
+
+def _arm_inputs(g: _Gen, dynamic: bool) -> list[str]:
+    """Dynamic mode, at launch: arm each runtime-count element whose count is an input."""
+    inputs = [(ev, ld) for ev, ld in _count_events(g)
+              if dynamic and g.p.tensor(ld.tensor).role == "input"]
+    lines = []
+    for ev, ld in inputs:
+        lines.append(f"    // arm {ev.name}: wait count {ld} (input)")
+        lines += g.all_elements(ev, [f"et_arm(A, x, {g.load(ld, g.event_ren(ev))});"], "    ")
+    return ["__device__ void et_arm_inputs(const long long* A) {",
+            *(g.sym_lines() + lines if lines else []), "}", ""]
+
+
+def _release_triggers(g: _Gen, dynamic: bool) -> list[str]:
+    """Dynamic mode, element `x` completed: the range of each trigger edge from its event
+    (trigger edge j in program order is ET_TRIGGER_STATE(j), see runtime.py)."""
+    trig = [e for e in g.p.edges if e.kind == "trigger"] if dynamic else []
+    lines = []
+    for j, e in enumerate(trig):
+        ev, grid = g.p.event(e.event), g.p.grid(e.grid)
+        span, eren = e.map.dims[0], g.event_ren(ev)
+        assert isinstance(span, Span)
+        cond, coords = g.element_of(ev, "        ")
+        lines += [f"    if ({cond}) {{  // trigger {e.event} -> {e.grid}: {e.map}", *coords,
+                  f"        et_release_range(A, {j}, {g.task_base(grid.name)}, "
+                  f"{g.size(grid.extent)}, {g.value(span.start, eren)}, "
+                  f"{g.value(span.stop, eren)}, {g.size(ev.shape)});", "    }"]
+    return ["__device__ void et_release_triggers(const long long* A, int x) {",
+            *(g.sym_lines() + lines if lines else []), "}", ""]

@@ -3,8 +3,9 @@
 `Megakernel(program, mode)` runs the pass pipeline, generates and compiles the kernel once;
 `launch(env, tensors)` instantiates the tables for the binding (cached), passes symbol values
 and tensor pointers in one argument array, checks co-residency (one CTA per SM) and launches
-on the given stream. Per-binding device state (event counters, dependency counts, queue) is
-allocated once and re-initialised by the kernel itself: no host memset between launches.
+on the given stream. Per-binding device state (event counters, dependency counts, queue,
+dynamic-mode retire and trigger counts) is allocated once and re-initialised by the kernel
+itself: no host memset between launches.
 A wait that exceeds the watchdog bound makes the kernel exit with an error record; `sync()`
 turns it into `DeadlockError` naming the task, the event element and the counter.
 """
@@ -16,15 +17,32 @@ from typing import Any
 
 import numpy as np
 
+from ...dtypes import round_to_dtype
 from ...errors import DeadlockError
-from ...ir import Program
+from ...ir import Program, TensorDecl
 from ...lower import Tables, bind, build_tables
 from ...schedule import StaticTemplate, prepare, schedule
 from ...trace import TaskSpan, Trace
-from .codegen import MAX_SLOTS, SYM_BASE, generate, kernel_name
+from .codegen import CTYPE, MAX_SLOTS, SYM_BASE, UnsupportedOnGpu, generate, kernel_name
 from .compiler import compile_source
 
 THREADS = 256
+
+
+def torch_dtype(t: TensorDecl):
+    """The torch dtype of tensor `t` on the device (float32, bfloat16 or int32)."""
+    import torch
+    if t.dtype not in CTYPE:
+        raise ValueError(f"tensor '{t.name}' has dtype {t.dtype}; the CUDA backend holds "
+                         f"{', '.join(CTYPE)}")
+    return getattr(torch, t.dtype)
+
+
+def to_host(x) -> np.ndarray:
+    """Device tensor `x` as a numpy array in the CPU representation of `eventtensor.dtypes`
+    (bfloat16 values exactly, as float32)."""
+    import torch
+    return (x.float() if x.dtype == torch.bfloat16 else x).cpu().numpy()
 
 
 def _check(res, what: str):
@@ -46,6 +64,7 @@ class _State:
 
 
 EARLY_BIT, PUSH_BIT, ELEM_LIMIT = 1 << 30, 1 << 29, 1 << 29
+EARLY_WATCH_BIT = -(1 << 31)  # bit 31 of the int32 notify record (see dynamic.cuh)
 
 
 def _wait_records(t: Tables) -> np.ndarray:
@@ -59,11 +78,82 @@ def _wait_records(t: Tables) -> np.ndarray:
 
 
 def _notify_records(t: Tables) -> np.ndarray:
-    """Per notify entry: element | early << 30 | (element has a push list) << 29."""
+    """Per notify entry: element | early << 30 | (its completion releases consumers or
+    trigger ranges) << 29. An early-push element releasing trigger ranges has bit 31 in place
+    of the early bit: its notifier must see the completing notify (dynamic.cuh)."""
     x = t.notify_elem
-    pushes = np.diff(t.push_ptr)[x] > 0
-    rec = x | np.where(t.early[x], EARLY_BIT, 0) | np.where(pushes, PUSH_BIT, 0)
+    early, trig = t.early[x], _trigger_sources(t)[x]
+    watch = (np.diff(t.push_ptr)[x] > 0) | trig
+    rec = x | np.where(early & ~trig, EARLY_BIT, 0) | np.where(watch, PUSH_BIT, 0) \
+        | np.where(early & trig, EARLY_WATCH_BIT, 0)
     return rec if rec.size else np.zeros(1, np.int64)
+
+
+def _trigger_sources(t: Tables) -> np.ndarray:
+    """bool per element: completing it releases a trigger range of a dynamic grid. Each such
+    element must complete during the launch, since the device counts the tasks no range
+    covers once the edge's last source element completes (see dynamic.cuh)."""
+    b, p = t.bound, t.program
+    src = np.zeros(b.num_elements, bool)
+    for gi, eis in t.trigger_edges.items():
+        for e in (p.edges[ei] for ei in eis if t.grid_mode[gi] == 1):
+            base = b.event_base[e.event]
+            n = int(np.prod(b.event_shapes[e.event], dtype=np.int64))
+            zero = np.flatnonzero(t.target[base:base + n] == 0)
+            if n == 0 or zero.size:
+                what = (f"event '{e.event}' has no elements" if n == 0 else
+                        f"{b.element_name(base + int(zero[0]))} has wait count 0 (complete "
+                        "from the start, it releases no range)")
+                raise UnsupportedOnGpu(f"trigger edge {e.event} -> {e.grid} at {b.env}: {what}; "
+                                       "dynamic mode on the GPU needs every source element of "
+                                       "a trigger edge to complete during the launch")
+            src[base:base + n] = True
+    return src
+
+
+def _task_records(t: Tables) -> np.ndarray:
+    """Per task {grid, wait_lo, wait_hi, notify_lo, notify_hi, coord 0, 1, 2} (EtTask)."""
+    b = t.bound
+    rec = np.zeros((b.num_tasks, 8), np.int64)
+    rec[:, 0] = b.task_grid
+    rec[:, 1], rec[:, 2] = t.wait_ptr[:-1], t.wait_ptr[1:]
+    rec[:, 3], rec[:, 4] = t.notify_ptr[:-1], t.notify_ptr[1:]
+    rank = b.task_coords.shape[1] if b.task_coords.ndim == 2 else 0
+    rec[:, 5:5 + rank] = b.task_coords[:, :3]
+    return rec
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of the index ranges [starts[i], starts[i] + counts[i])."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(counts)
+    return np.arange(total) - np.repeat(ends - counts, counts) + np.repeat(starts, counts)
+
+
+def _static_streams(t: Tables, rec: np.ndarray, waits: np.ndarray,
+                    notifies: np.ndarray) -> dict[str, np.ndarray]:
+    """The static queues in stream order (see ET_STREAM_REC in runtime.cuh): guarded slots
+    dropped; per position the task id and its record, whose wait and notify ranges index
+    stream-ordered copies of the wait and notify records."""
+    sms = len(t.queue_ptr) - 1
+    sm_of = np.repeat(np.arange(sms), np.diff(t.queue_ptr))
+    keep = t.queue_task >= 0
+    ids, sm_of = t.queue_task[keep], sm_of[keep]
+    qptr = np.zeros(sms + 1, np.int64)
+    qptr[1:] = np.cumsum(np.bincount(sm_of, minlength=sms))
+    srec = rec[ids].copy()
+    nw, nn = srec[:, 2] - srec[:, 1], srec[:, 4] - srec[:, 3]
+    sw = _ranges(srec[:, 1], nw)
+    sn = _ranges(srec[:, 3], nn)
+    srec[:, 1] = np.cumsum(nw) - nw
+    srec[:, 2] = srec[:, 1] + nw
+    srec[:, 3] = np.cumsum(nn) - nn
+    srec[:, 4] = srec[:, 3] + nn
+    pad = (lambda a, shape: a if len(a) else np.zeros(shape, np.int64))  # noqa: E731
+    return {"stream_ptr": qptr, "stream_task": pad(ids, 1), "stream_rec": pad(srec, (1, 8)),
+            "stream_wait": pad(waits[sw], (1, 2)), "stream_notify": pad(notifies[sn], 1)}
 
 
 class Megakernel:
@@ -104,6 +194,10 @@ class Megakernel:
                                    "threads resident per SM; a persistent launch could hang")
         return self._func
 
+    def _num_triggers(self) -> int:
+        """Trigger edges of the program; edge j in program order is ET_TRIGGER_STATE(j)."""
+        return len(self.program.edges_of(kind="trigger"))
+
     def tables(self, env: Mapping[str, int], queues=None) -> Tables:
         t = build_tables(bind(self.program, env))
         return schedule(t, self.mode, self.num_sms, self.policy, early_push=self.early_push,
@@ -119,17 +213,13 @@ class Megakernel:
         i32 = (lambda a: torch.as_tensor(np.ascontiguousarray(a, np.int32), device=dev))  # noqa: E731
         b = t.bound
         n_dyn = int((t.grid_mode[b.task_grid] == 1).sum()) if b.num_tasks else 0
-        rec = np.zeros((b.num_tasks, 8), np.int64)  # see EtTask in runtime.cuh
-        rec[:, 0] = b.task_grid
-        rec[:, 1], rec[:, 2] = t.wait_ptr[:-1], t.wait_ptr[1:]
-        rec[:, 3], rec[:, 4] = t.notify_ptr[:-1], t.notify_ptr[1:]
-        rank = b.task_coords.shape[1] if b.task_coords.ndim == 2 else 0
-        rec[:, 5:5 + rank] = b.task_coords[:, :3]
-        arrays = {
-            "queue_ptr": i32(t.queue_ptr), "queue_task": i32(t.queue_task),
+        rec = _task_records(t)
+        waits, notifies = _wait_records(t), _notify_records(t)
+        arrays = {name: i32(a) for name, a in _static_streams(t, rec, waits, notifies).items()}
+        arrays |= {
             "task_rec": i32(rec if b.num_tasks else np.zeros((1, 8))),
-            "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(_wait_records(t)),
-            "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(_notify_records(t)),
+            "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(waits),
+            "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(notifies),
             "target": torch.as_tensor(t.target, device=dev),
             "counter": torch.zeros(max(b.num_elements, 1), dtype=torch.int64, device=dev),
             "shift": i32(np.where(t.early, 16, 0)),
@@ -141,6 +231,8 @@ class Megakernel:
                                                            else np.zeros(1)),
             "err": torch.zeros(8, dtype=torch.int64, device=dev),
             "abort": torch.zeros(1, dtype=torch.int32, device=dev),
+            # dynamic mode: retired tasks, then per trigger edge (program order) its state
+            "dyn_state": torch.zeros(1 + self._num_triggers(), dtype=torch.int64, device=dev),
         }
         st = _State(t, arrays, n_dynamic=n_dyn)
         if tables is None:
@@ -151,8 +243,8 @@ class Megakernel:
     def launch(self, env: Mapping[str, int], tensors: Mapping[str, Any], stream=None,
                profile: bool = False, tables: Tables | None = None) -> _State:
         """Launch for binding `env`; `tensors` maps every input name to a contiguous CUDA
-        tensor of its shape (float32, or int32 for int32 tensors); outputs and temps are
-        allocated when missing (returned in `state.arrays['tensors']`)."""
+        tensor of its shape and dtype (`torch_dtype`, see `to_device`); outputs and temps
+        are allocated when missing (returned in `state.arrays['tensors']`)."""
         self._function()
         torch = self.torch
         st = self._state(env, tables)
@@ -164,7 +256,7 @@ class Megakernel:
         tens = {}
         for tdecl in self.program.tensors:
             shape = b.tensor_shapes[tdecl.name]
-            dtype = torch.int32 if tdecl.dtype == "int32" else torch.float32
+            dtype = torch_dtype(tdecl)
             x = tensors.get(tdecl.name)
             if x is None:
                 if tdecl.role == "input":
@@ -188,9 +280,11 @@ class Megakernel:
         a = st.arrays
         htd = a["head_tail_done"]
         slots = [0] * (SYM_BASE + len(self.program.symbols) + len(self.program.tensors))
-        for i, name in enumerate(["queue_ptr", "queue_task", "task_rec", "task_rec",
+        for i, name in enumerate(["stream_ptr", "stream_task", "task_rec", None,
                                   "wait_ptr", "wait_elem", "notify_ptr", "notify_elem",
                                   "target", "counter", "shift", "ready"]):
+            slots[i] = a[name].data_ptr() if name else 0
+        for i, name in zip(range(40, 43), ["stream_rec", "stream_wait", "stream_notify"]):
             slots[i] = a[name].data_ptr()
         slots[12] = len(st.tables.ready)
         for i, name in zip(range(13, 18), ["pending", "pending0", "push_ptr", "push_task",
@@ -204,6 +298,7 @@ class Megakernel:
         slots[26] = prof.data_ptr() if prof is not None else 0
         slots[27] = b.num_tasks
         slots[28], slots[29] = a["skip_ptr"].data_ptr(), a["skip_elem"].data_ptr()
+        slots[30], slots[31] = a["dyn_state"].data_ptr(), self._num_triggers()
         for i, s in enumerate(self.program.symbols):
             slots[SYM_BASE + i] = b.env[s.name]
         for i, tdecl in enumerate(self.program.tensors):
@@ -234,7 +329,7 @@ class Megakernel:
             return
         b = st.tables.bound
         task, elem, counter, count, sm, kind = (int(v) for v in err[1:7])
-        for name in ("err", "abort", "counter", "head_tail_done"):
+        for name in ("err", "abort", "counter", "head_tail_done", "dyn_state"):
             st.arrays[name].zero_()
         st.arrays["pending"].copy_(st.arrays["pending0"])
         st.arrays["queue"].fill_(-1)
@@ -248,6 +343,17 @@ class Megakernel:
             f"watchdog: task {rec['task']} on SM {sm} waited more than "
             f"{self.watchdog_ns / 1e9:.3g} s on {rec['event']} (counter {counter} of {count}) "
             f"in program '{self.program.name}' ({self.mode} schedule) at {b.env}", [rec])
+
+    def to_device(self, arrays: Mapping[str, np.ndarray]) -> dict:
+        """Numpy arrays as contiguous CUDA tensors of the dtypes of the program's tensors of
+        the same names; bfloat16 values rounded as `dtypes.round_to_dtype` rounds them."""
+        torch = self.torch
+        out = {}
+        for name, a in arrays.items():
+            t = self.program.tensor(name)
+            host = torch.as_tensor(np.ascontiguousarray(round_to_dtype(t.dtype, a)))
+            out[name] = host.to(device="cuda", dtype=torch_dtype(t)).contiguous()
+        return out
 
     def run(self, env: Mapping[str, int], tensors: Mapping[str, Any], **kw) -> dict:
         """Launch, wait and return every tensor (inputs, temps, outputs) by name."""

@@ -3,6 +3,29 @@
 // accumulation).
 #pragma once
 
+// bfloat16 element: the raw bits (sign, 8 exponent bits, 7 mantissa bits). NVRTC ships no
+// cuda_bf16.h, so the two conversions are written here: widening is exact, narrowing rounds
+// to nearest, ties to even (NaN stays NaN), as eventtensor.dtypes.round_to_dtype does.
+struct et_bf16 {
+    unsigned short bits;
+};
+
+__device__ __forceinline__ float et_to_float(float v) { return v; }
+__device__ __forceinline__ float et_to_float(et_bf16 v) {
+    return __uint_as_float((unsigned)v.bits << 16);
+}
+
+template <typename T>
+__device__ __forceinline__ T et_from_float(float v);
+template <>
+__device__ __forceinline__ float et_from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ et_bf16 et_from_float<et_bf16>(float v) {
+    et_bf16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+    return r;
+}
+
 template <typename T>
 struct EtTileT {
     T* p;
@@ -12,6 +35,7 @@ struct EtTileT {
     const int* idx[4];    // per dimension: positions read from an index tensor, or null
 };
 typedef EtTileT<float> EtTile;
+typedef EtTileT<et_bf16> EtBTile;
 typedef EtTileT<int> EtITile;
 
 // Row-major tensor `base` of shape `shape` (rank r), region starting at `lo` with extents `n`;
@@ -102,45 +126,54 @@ __device__ __forceinline__ long long et_bcast(const EtTileT<S>& src, int src_ran
 // nop: no work (a task that only waits and notifies)
 __device__ __forceinline__ void et_body_nop() {}
 
+// The bodies below take tiles of any element types (float or et_bf16), read as float and
+// accumulate in float; the result is rounded to the out tile's type on store.
+
 // row_sum: x summed over its last axis, broadcast into the out tile (numpy semantics)
-__device__ void et_body_row_sum(const EtTile& x, const EtTile& out) {
+template <typename X, typename O>
+__device__ void et_body_row_sum(const EtTileT<X>& x, const EtTileT<O>& out) {
     int cells = et_count(out, out.rank);
     long long k = x.n[x.rank - 1];
-    EtTile rows = x;
+    EtTileT<X> rows = x;
     rows.n[x.rank - 1] = 1;
     for (int e = threadIdx.x; e < cells; e += blockDim.x) {
-        const float* p = x.p + et_bcast(rows, x.rank, out, e);
+        const X* p = x.p + et_bcast(rows, x.rank, out, e);
         float acc = 0.f;
-        for (int j = 0; j < k; ++j) acc += p[et_off(x, x.rank - 1, j)];
-        *et_at(out, e, out.rank, 0) = acc;
+        for (int j = 0; j < k; ++j) acc += et_to_float(p[et_off(x, x.rank - 1, j)]);
+        *et_at(out, e, out.rank, 0) = et_from_float<O>(acc);
     }
 }
 
 // sum_partials: p summed over its first axis, broadcast into the out tile
-__device__ void et_body_sum_partials(const EtTile& p, const EtTile& out) {
+template <typename P, typename O>
+__device__ void et_body_sum_partials(const EtTileT<P>& p, const EtTileT<O>& out) {
     int cells = et_count(out, out.rank);
-    EtTile inner = p;  // p without its first axis
+    EtTileT<P> inner = p;  // p without its first axis
     for (int d = 0; d + 1 < p.rank; ++d) {
         inner.n[d] = p.n[d + 1]; inner.s[d] = p.s[d + 1]; inner.idx[d] = p.idx[d + 1];
     }
     for (int e = threadIdx.x; e < cells; e += blockDim.x) {
-        const float* q = p.p + et_bcast(inner, p.rank - 1, out, e);
+        const P* q = p.p + et_bcast(inner, p.rank - 1, out, e);
         float acc = 0.f;
-        for (int s = 0; s < p.n[0]; ++s) acc += q[et_off(p, 0, s)];
-        *et_at(out, e, out.rank, 0) = acc;
+        for (int s = 0; s < p.n[0]; ++s) acc += et_to_float(q[et_off(p, 0, s)]);
+        *et_at(out, e, out.rank, 0) = et_from_float<O>(acc);
     }
 }
 
 // gemm_partial: out[0, r, c] = sum_k x[r, k] * w[k, c]
-__device__ void et_body_gemm_partial(const EtTile& x, const EtTile& w, const EtTile& out) {
+template <typename X, typename W, typename O>
+__device__ void et_body_gemm_partial(const EtTileT<X>& x, const EtTileT<W>& w,
+                                     const EtTileT<O>& out) {
     int rows = (int)x.n[0], cols = (int)w.n[1];
     long long k = x.n[1];
     for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
         int r = e / cols, c = e % cols;
         float acc = 0.f;
         for (int j = 0; j < k; ++j)
-            acc += x.p[et_off(x, 0, r) + et_off(x, 1, j)] * w.p[et_off(w, 0, j) + et_off(w, 1, c)];
-        out.p[et_off(out, out.rank - 2, r) + et_off(out, out.rank - 1, c)] = acc;
+            acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, j)]) *
+                   et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, c)]);
+        out.p[et_off(out, out.rank - 2, r) + et_off(out, out.rank - 1, c)] =
+            et_from_float<O>(acc);
     }
 }
 

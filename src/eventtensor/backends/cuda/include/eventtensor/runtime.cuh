@@ -49,24 +49,37 @@ __device__ void et_fail(long long* err, int* abort_flag, long long task, long lo
     atomicExch(abort_flag, 1);
 }
 
+// Waits poll without sleeping for ET_SPIN_NS (a dependent hop must not pay a sleep's wake-up
+// latency), checking the abort flag and the watchdog every 32 polls; longer waits sleep
+// ET_SLEEP_NS between polls.
+#ifndef ET_SPIN_NS
+#define ET_SPIN_NS 200000ull
+#endif
+#ifndef ET_SLEEP_NS
+#define ET_SLEEP_NS 256
+#endif
+
 // Thread 0 only: spin until (counter >> shift) >= count. False if aborted (watchdog or
 // another CTA's failure).
 __device__ bool et_wait(u64* counter, int shift, long long count, long long task, long long elem,
                         long long* err, int* abort_flag, u64 watchdog_ns) {
-    u64 start = 0;
-    unsigned spins = 0;
-    while (true) {
-        u64 v = et_ld_acquire(counter);
+    u64 v = et_ld_acquire(counter);
+    if ((long long)(v >> shift) >= count) return true;
+    const u64 start = et_globaltimer();
+    bool sleepy = false;
+    for (unsigned polls = 1;; ++polls) {
+        v = et_ld_acquire(counter);
         if ((long long)(v >> shift) >= count) return true;
-        if (++spins < 64) continue;  // short waits: poll without sleeping
-        if (*(volatile int*)abort_flag) return false;
-        u64 now = et_globaltimer();
-        if (start == 0) start = now;
-        else if (now - start > watchdog_ns) {
-            et_fail(err, abort_flag, task, elem, (long long)(v >> shift), count, 1);
-            return false;
+        if (polls % 32 == 0) {
+            if (*(volatile int*)abort_flag) return false;
+            const u64 waited = et_globaltimer() - start;
+            if (waited > watchdog_ns) {
+                et_fail(err, abort_flag, task, elem, (long long)(v >> shift), count, 1);
+                return false;
+            }
+            sleepy = waited > ET_SPIN_NS;
         }
-        et_nanosleep(64);
+        if (sleepy) et_nanosleep(ET_SLEEP_NS);
     }
 }
 
@@ -80,7 +93,7 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 // ------------------------------------------------------------------ table accessors
 // The launch argument is one array of 64-bit slots (codegen.py and runtime.py agree on it),
 // copied into shared memory at kernel start: `A` below is that shared copy.
-#define ET_SLOTS 64
+#define ET_SLOTS 128
 #define ET_I32(slot) ((int*)(A[slot]))
 #define ET_QUEUE_PTR ET_I32(0)
 #define ET_QUEUE_TASK ET_I32(1)
@@ -88,7 +101,9 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_WAIT_PTR ET_I32(4)
 #define ET_WAIT_REC ((const int2*)(A[5]))  // per wait: {element | early << 30, wait count}
 #define ET_NOTIFY_PTR ET_I32(6)
-#define ET_NOTIFY_REC ET_I32(7)  // per notify: element | early << 30 | has pushes << 29
+// per notify: element | early << 30 | completion releases consumers or trigger ranges << 29
+// (| early-push element with trigger ranges << 31, see dynamic.cuh)
+#define ET_NOTIFY_REC ET_I32(7)
 #define ET_ELEM_MASK 0x1fffffff
 #define ET_EARLY_BIT (1 << 30)
 #define ET_PUSH_BIT (1 << 29)
@@ -114,10 +129,19 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_NUM_TASKS ((int)A[27])
 #define ET_SKIP_PTR ET_I32(28)
 #define ET_SKIP_ELEM ET_I32(29)
-#define ET_SYM(i) (A[32 + (i)])
+#define ET_DYN_STATE ((u64*)(A[30]))  // dynamic mode, see dynamic.cuh: retired tasks, triggers
+#define ET_N_TRIGGERS ((int)A[31])    // trigger edges (ET_DYN_STATE holds 1 + this many)
+// Static queues in stream order (guarded slots dropped): positions ET_QUEUE_PTR[sm] ..
+// ET_QUEUE_PTR[sm + 1] hold task ids (ET_QUEUE_TASK) and records (ET_STREAM_REC, wait and
+// notify ranges indexing ET_STREAM_WAIT / ET_STREAM_NOTIFY), so a chunk of an SM's tasks and
+// all their waits and notifies are contiguous and staged into shared memory at once.
+#define ET_STREAM_REC ((const int4*)(A[40]))
+#define ET_STREAM_WAIT ((const int2*)(A[41]))
+#define ET_STREAM_NOTIFY ET_I32(42)
+#define ET_SYM(i) (A[48 + (i)])
 
 // One task's record, packed on the host: {grid, wait_lo, wait_hi, notify_lo} and
-// {notify_hi, coord 0, coord 1, coord 2}: two 16-byte loads, prefetched ahead of use.
+// {notify_hi, coord 0, coord 1, coord 2}: two 16-byte loads.
 struct EtTask {
     int id;
     int4 a, b;
@@ -141,6 +165,16 @@ __device__ void et_prefetch(const long long* A, const EtTask& task);
 __device__ void et_extra_notifies(const long long* A, const EtTask& task);
 // Wait count of element x whose count is read at run time from a tensor (table value -1).
 __device__ long long et_runtime_count(const long long* A, int x);
+
+// Dynamic mode (dynamic.cuh, included by the generated kernel after this header), thread 0:
+// a table notify whose record has ET_PUSH_BIT: count it; complete the element on its count.
+__device__ void et_notify_watched(const long long* A, int rec);
+// The next task of the device queue (dispatch counted), or -1: no task left, or aborting.
+__device__ int et_pop(const long long* A);
+// After the notifies of `task`: arm the runtime counts it wrote, count it retired.
+__device__ void et_retire(const long long* A, const EtTask& task);
+// At launch (CTA 0): arm the runtime counts read from input tensors.
+__device__ void et_arm_inputs(const long long* A);
 
 __device__ __forceinline__ long long et_target(const long long* A, int x) {
     long long c = ET_TARGET[x];
@@ -170,143 +204,154 @@ __device__ void et_release_consumers(const long long* A, int x) {
     }
 }
 
-// Waits, body and notifies of one task by the whole CTA; `next` (thread 0's value) is the
-// task to prefetch while this one runs. Two CTA barriers per task: after the waits and after
-// the body. False if the launch is aborting.
-__device__ bool et_do_task(const long long* A, EtTask& cur, int next, u64 fetch_ns) {
-    __shared__ EtTask s_task, s_next;
+// One task as the CTA sees it: its record and its wait and notify lists (in shared memory
+// when staged, else in global memory).
+struct EtView {
+    EtTask task;
+    const int2* waits;
+    const int* notifies;
+    int num_waits, num_notifies;
+};
+
+// Thread 0: the table waits of `v`, then its data-dependent waits and trigger. 1: run the
+// body, 2: guarded (its barrier-style notifies are made here), 0: aborting.
+__device__ int et_wait_task(const long long* A, const EtView& v) {
+    for (int i = 0; i < v.num_waits; ++i) {
+        const int2 w = v.waits[i];
+        const int x = w.x & ET_ELEM_MASK;
+        if (!et_wait(&ET_COUNTER[x], (w.x & ET_EARLY_BIT) ? 16 : 0,
+                     w.y >= 0 ? (long long)w.y : et_runtime_count(A, x), v.task.id, x, ET_ERR,
+                     ET_ABORT, ET_WATCHDOG_NS))
+            return 0;
+    }
+    const int ok = et_extra_waits(A, v.task);
+    if (ok == 2)
+        for (int i = ET_SKIP_PTR[v.task.id]; i < ET_SKIP_PTR[v.task.id + 1]; ++i)
+            et_notify_elem(A, ET_SKIP_ELEM[i]);
+    return ok;
+}
+
+// Thread 0, after the CTA barrier that follows the body: the notifies of `v` (the barrier and
+// the release publish the CTA's stores); `first` holds its first notify records, read while
+// the body ran.
+__device__ void et_notify_task(const long long* A, const EtView& v, const int* first) {
+    for (int i = 0; i < v.num_notifies; ++i) {
+        const int r = i < 4 ? first[i] : v.notifies[i];
+        const int x = r & ET_ELEM_MASK;
+        if (r & ET_EARLY_BIT) {            // early push: consumers already released
+            et_red_release_add(&ET_COUNTER[x], 1ull << 16);
+        } else if (!(r & ET_PUSH_BIT)) {   // nobody to push
+            et_red_release_add(&ET_COUNTER[x], 1ull);
+        } else {
+            et_notify_watched(A, r);
+        }
+    }
+    et_extra_notifies(A, v.task);
+}
+
+// Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
+// waits and after the body. While thread 0 notifies, the other threads prefetch the input
+// tiles of `next` (if any). `fetch_ns`: when the task was fetched (profiling). False if the
+// launch is aborting.
+__device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* next,
+                           u64 fetch_ns) {
     __shared__ int s_ok;
     if (threadIdx.x == 0) {
-        int ok = 1;
-        for (int i = cur.a.y; i < cur.a.z && ok; ++i) {
-            int2 w = ET_WAIT_REC[i];
-            int x = w.x & ET_ELEM_MASK;
-            ok = et_wait(&ET_COUNTER[x], (w.x & ET_EARLY_BIT) ? 16 : 0,
-                         w.y >= 0 ? (long long)w.y : et_runtime_count(A, x), cur.id, x, ET_ERR,
-                         ET_ABORT, ET_WATCHDOG_NS);
-        }
-        if (ok) ok = et_extra_waits(A, cur);
-        if (ok == 2) {  // guarded: no body; barrier-style notifies still arrive
-            for (int i = ET_SKIP_PTR[cur.id]; i < ET_SKIP_PTR[cur.id + 1]; ++i)
-                et_notify_elem(A, ET_SKIP_ELEM[i]);
-        }
-        s_ok = ok;
-        s_task = cur;
-        if (ET_PROF) { ET_PROF[4 * cur.id] = fetch_ns; ET_PROF[4 * cur.id + 1] = et_globaltimer(); }
+        s_ok = et_wait_task(A, v);
+        if (ET_PROF) { ET_PROF[4 * v.task.id] = fetch_ns; ET_PROF[4 * v.task.id + 1] = et_globaltimer(); }
     }
     __syncthreads();
-    if (!s_ok) return false;
-    if (s_ok == 2) {
-        if (threadIdx.x == 0) cur = et_load_task(A, next);
-        return true;
-    }
-    EtTask t = s_task;
-    EtTask pre;
-    int nrec[4];
-    if (threadIdx.x == 0) {  // loads that overlap the body: next task, this task's notifies
-        pre = et_load_task(A, next);
-        for (int k = 0; k < 4 && t.a.w + k < t.b.x; ++k) nrec[k] = ET_NOTIFY_REC[t.a.w + k];
-    }
-    et_run_task(A, t);
-    if (threadIdx.x == 0) s_next = pre;
+    const int ok = s_ok;
+    if (ok == 0) return false;
+    int first[4];
+    if (threadIdx.x == 0)  // loads that overlap the body
+        for (int k = 0; k < 4 && k < v.num_notifies; ++k) first[k] = v.notifies[k];
+    if (ok == 1) et_run_task(A, v.task);
     __syncthreads();
-    if (threadIdx.x != 0 && s_next.id >= 0) et_prefetch(A, s_next);  // while thread 0 notifies
-    if (threadIdx.x == 0) {  // bar.sync above + release below publish the CTA's stores
-        for (int i = t.a.w; i < t.b.x; ++i) {
-            int r = i - t.a.w < 4 ? nrec[i - t.a.w] : ET_NOTIFY_REC[i];
-            int x = r & ET_ELEM_MASK;
-            if (r & ET_EARLY_BIT) {            // early push: consumers already released
-                et_red_release_add(&ET_COUNTER[x], 1ull << 16);
-            } else if (!(r & ET_PUSH_BIT)) {   // nobody to push
-                et_red_release_add(&ET_COUNTER[x], 1ull);
-            } else {
-                u64 old = et_atom_release_add(&ET_COUNTER[x], 1ull);
-                if ((long long)old + 1 == et_target(A, x)) et_release_consumers(A, x);
-            }
-        }
-        et_extra_notifies(A, t);
-        if (ET_PROF) { ET_PROF[4 * t.id + 2] = et_globaltimer(); ET_PROF[4 * t.id + 3] = blockIdx.x; }
-        cur = pre;
+    if (threadIdx.x != 0) {
+        if (next) et_prefetch(A, *next);
+    } else if (ok == 1) {
+        et_notify_task(A, v, first);
+        if (ET_PROF) { ET_PROF[4 * v.task.id + 2] = et_globaltimer(); ET_PROF[4 * v.task.id + 3] = blockIdx.x; }
     }
     return true;
 }
 
-// Thread 0: the next non-guarded queue position from `j` on (guarded slots are < 0).
-__device__ __forceinline__ int et_skip_guarded(const long long* A, int j, int hi) {
-    while (j < hi && ET_QUEUE_TASK[j] < 0) ++j;
-    return j;
-}
+// Static queue walker. The CTA stages its queue in chunks of ET_CHUNK tasks: task ids and
+// records, then their waits and notifies when they fit the shared buffers (else those are
+// read from global memory), so the per-task dispatch reads only shared memory.
+#define ET_CHUNK 32
+#define ET_CHUNK_WAITS 256
+#define ET_CHUNK_NOTIFIES 256
 
 __device__ void et_static_loop(const long long* A) {
-    int hi = ET_QUEUE_PTR[blockIdx.x + 1];
-    __shared__ int s_more;
-    EtTask cur;
-    int i = 0, ahead = -1;  // thread 0: position of the next task, id of the one after
-    if (threadIdx.x == 0) {
-        i = et_skip_guarded(A, ET_QUEUE_PTR[blockIdx.x], hi);
-        cur = et_load_task(A, i < hi ? ET_QUEUE_TASK[i] : -1);
-        i = et_skip_guarded(A, i + 1, hi);
-        ahead = i < hi ? ET_QUEUE_TASK[i] : -1;
-    }
-    while (true) {
-        int next = -1;
-        if (threadIdx.x == 0) {  // queue entries are read one task ahead of their use
-            s_more = cur.id >= 0;
-            next = ahead;
-            i = et_skip_guarded(A, i + 1, hi);
-            ahead = i < hi ? ET_QUEUE_TASK[i] : -1;
+    __shared__ int s_id[ET_CHUNK];
+    __shared__ int4 s_rec[2 * ET_CHUNK];
+    __shared__ int2 s_wait[ET_CHUNK_WAITS];
+    __shared__ int s_notify[ET_CHUNK_NOTIFIES];
+    const int lo = ET_QUEUE_PTR[blockIdx.x], hi = ET_QUEUE_PTR[blockIdx.x + 1];
+    for (int p0 = lo; p0 < hi; p0 += ET_CHUNK) {
+        const int n = min(ET_CHUNK, hi - p0);
+        __syncthreads();  // the previous chunk is no longer read
+        for (int k = threadIdx.x; k < 2 * n; k += blockDim.x) {
+            s_rec[k] = ET_STREAM_REC[2 * p0 + k];
+            if (k < n) s_id[k] = ET_QUEUE_TASK[p0 + k];
         }
         __syncthreads();
-        if (!s_more) return;
-        if (!et_do_task(A, cur, next, ET_PROF ? et_globaltimer() : 0)) return;
+        const int w0 = s_rec[0].y, nw = s_rec[2 * n - 2].z - w0;
+        const int n0 = s_rec[0].w, nn = s_rec[2 * n - 1].x - n0;
+        const bool wait_staged = nw <= ET_CHUNK_WAITS, notify_staged = nn <= ET_CHUNK_NOTIFIES;
+        if (wait_staged)
+            for (int k = threadIdx.x; k < nw; k += blockDim.x) s_wait[k] = ET_STREAM_WAIT[w0 + k];
+        if (notify_staged)
+            for (int k = threadIdx.x; k < nn; k += blockDim.x)
+                s_notify[k] = ET_STREAM_NOTIFY[n0 + k];
+        __syncthreads();
+        const int2* waits = wait_staged ? s_wait : ET_STREAM_WAIT + w0;
+        const int* notifies = notify_staged ? s_notify : ET_STREAM_NOTIFY + n0;
+        for (int k = 0; k < n; ++k) {
+            const u64 fetch_ns = ET_PROF ? et_globaltimer() : 0;
+            EtView v;
+            v.task.id = s_id[k];
+            v.task.a = s_rec[2 * k];
+            v.task.b = s_rec[2 * k + 1];
+            v.waits = waits + (v.task.a.y - w0);
+            v.num_waits = v.task.a.z - v.task.a.y;
+            v.notifies = notifies + (v.task.a.w - n0);
+            v.num_notifies = v.task.b.x - v.task.a.w;
+            EtTask next;
+            if (k + 1 < n) { next.id = s_id[k + 1]; next.a = s_rec[2 * k + 2]; next.b = s_rec[2 * k + 3]; }
+            if (!et_do_task(A, v, k + 1 < n ? &next : nullptr, fetch_ns)) return;
+        }
     }
 }
 
+// Dynamic queue walker (protocol in dynamic.cuh): the ready tasks are pushed at launch, then
+// every CTA pops, runs and retires tasks until none is left.
 __device__ void et_dynamic_loop(const long long* A) {
     __shared__ int s_task;
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
         for (int i = blockIdx.x; i < ET_N_READY; i += gridDim.x) et_push(A, ET_READY[i]);
+        if (blockIdx.x == 0) et_arm_inputs(A);
+    }
     while (true) {
-        if (threadIdx.x == 0) {
-            int task = -1;
-            unsigned k = atomicAdd(ET_HEAD, 1u);
-            if (k < ET_N_DYNAMIC) {
-                u64 start = et_globaltimer();
-                unsigned spins = 0;
-                while ((task = et_ld_acquire_int(&ET_QUEUE[k])) < 0) {
-                    if (++spins < 64) continue;
-                    if (*(volatile int*)ET_ABORT) break;
-                    if (et_globaltimer() - start > ET_WATCHDOG_NS) {
-                        et_fail(ET_ERR, ET_ABORT, -1, k, 0, 0, 2);
-                        break;
-                    }
-                    et_nanosleep(64);
-                }
-                if (task >= 0) {  // dispatch: count it on early-push elements it notifies
-                    EtTask r = et_load_task(A, task);
-                    for (int i = r.a.w; i < r.b.x; ++i) {
-                        int r = ET_NOTIFY_REC[i];
-                        if (!(r & ET_EARLY_BIT)) continue;
-                        int x = r & ET_ELEM_MASK;
-                        u64 old = atomicAdd(&ET_COUNTER[x], 1ull);
-                        if ((long long)(old & 0xFFFFull) + 1 == ET_TARGET[x])
-                            et_release_consumers(A, x);
-                    }
-                }
-            }
-            s_task = task;
-        }
+        if (threadIdx.x == 0) s_task = et_pop(A);
         __syncthreads();
         int t = s_task;
         if (t < 0) return;
-        EtTask cur;
-        if (threadIdx.x == 0) cur = et_load_task(A, t);
-        if (!et_do_task(A, cur, -1, ET_PROF ? et_globaltimer() : 0)) return;
+        EtView v;
+        v.task = et_load_task(A, t);
+        v.waits = ET_WAIT_REC + v.task.a.y;
+        v.num_waits = v.task.a.z - v.task.a.y;
+        v.notifies = ET_NOTIFY_REC + v.task.a.w;
+        v.num_notifies = v.task.b.x - v.task.a.w;
+        if (!et_do_task(A, v, nullptr, ET_PROF ? et_globaltimer() : 0)) return;
+        if (threadIdx.x == 0) et_retire(A, v.task);
     }
 }
 
-// The last CTA to finish re-initialises counters, dependency counts and the queue, so the
-// next launch needs no host memset.
+// The last CTA to finish re-initialises counters, dependency counts, the queue and the
+// dynamic-mode state, so the next launch needs no host memset.
 __device__ void et_finish(const long long* A) {
     __shared__ int s_last;
     __syncthreads();
@@ -320,6 +365,7 @@ __device__ void et_finish(const long long* A) {
     for (int x = threadIdx.x; x < ET_NUM_ELEMENTS; x += blockDim.x) ET_COUNTER[x] = 0;
     for (int t = threadIdx.x; t < ET_NUM_TASKS; t += blockDim.x) ET_PENDING[t] = ET_PENDING0[t];
     for (unsigned k = threadIdx.x; k < ET_N_DYNAMIC; k += blockDim.x) ET_QUEUE[k] = -1;
+    for (int j = threadIdx.x; j <= ET_N_TRIGGERS; j += blockDim.x) ET_DYN_STATE[j] = 0;
     __syncthreads();
     if (threadIdx.x == 0) { *ET_HEAD = 0; *ET_TAIL = 0; *ET_DONE_CTAS = 0; __threadfence(); }
 }

@@ -1,0 +1,47 @@
+"""The CUDA runtime's host-side table packing (no GPU needed): static queues in stream order
+must hold, per SM and in queue order, exactly the non-guarded tasks with their own wait and
+notify records."""
+import numpy as np
+import pytest
+
+from eventtensor.backends.cuda.runtime import (
+    _notify_records,
+    _static_streams,
+    _task_records,
+    _wait_records,
+)
+from eventtensor.examples import EXAMPLES
+from eventtensor.lower import bind, build_tables
+from eventtensor.schedule import StaticTemplate, prepare, schedule
+from eventtensor.schedule.static import bucket_queues
+
+CASES = [("symbolic_batch", {"B": 3}, None), ("symbolic_batch", {"B": 37}, {"B": 64}),
+         ("splitk_rowsum", {"n": 5}, None), ("toy_moe", {"T": 13}, None)]
+
+
+@pytest.mark.parametrize("name, env, bucket", CASES)
+@pytest.mark.parametrize("mode", ["static", "unfused"])
+def test_static_streams_follow_the_queues(name, env, bucket, mode):
+    ex = EXAMPLES[name]
+    p = prepare(ex.build(), mode)
+    sms = 5
+    tmpl = StaticTemplate(p, sms, "critical_path")
+    t = build_tables(bind(p, env))
+    queues = bucket_queues(t, tmpl, bucket) if bucket else None
+    t = schedule(t, mode, sms, template=tmpl, queues=queues)
+    rec, waits, notifies = _task_records(t), _wait_records(t), _notify_records(t)
+    s = _static_streams(t, rec, waits, notifies)
+    guarded = int((t.queue_task < 0).sum())
+    assert (guarded > 0) == (bucket is not None)
+    assert len(s["stream_task"]) == len(t.queue_task) - guarded
+    for sm in range(sms):
+        queue = [x for x in t.queue_task[t.queue_ptr[sm]:t.queue_ptr[sm + 1]] if x >= 0]
+        lo, hi = s["stream_ptr"][sm], s["stream_ptr"][sm + 1]
+        assert list(s["stream_task"][lo:hi]) == queue
+        for pos, task in zip(range(lo, hi), queue):
+            r = s["stream_rec"][pos]
+            assert r[0] == rec[task, 0] and (r[5:] == rec[task, 5:]).all()
+            np.testing.assert_array_equal(s["stream_wait"][r[1]:r[2]],
+                                          waits[t.wait_ptr[task]:t.wait_ptr[task + 1]])
+            np.testing.assert_array_equal(s["stream_notify"][r[3]:r[4]],
+                                          notifies[t.notify_ptr[task]:t.notify_ptr[task + 1]])
