@@ -42,17 +42,24 @@ def timed(fn, iters: int, warmup: int = 20) -> float:
     return float(np.median(times))
 
 
-def captured(fn):
-    """`fn`'s launches captured in a CUDA graph (GPU time without host launch cost)."""
+def captured(fn, reps: int = 1):
+    """`reps` back-to-back calls of `fn` captured in one CUDA graph."""
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         fn()
         torch.cuda.synchronize()
         with torch.cuda.graph(g, stream=s):
-            fn()
+            for _ in range(reps):
+                fn()
     torch.cuda.synchronize()
     return g
+
+
+def per_step(fn, iters: int, reps: int = 20, warmup: int = 5) -> float:
+    """Milliseconds per call of `fn` in steady state: a CUDA graph of `reps` back-to-back
+    calls, replayed (no host launch cost; the graph's own launch amortised over `reps`)."""
+    return timed(captured(fn, reps).replay, iters, warmup) / reps
 
 
 def chain(n: int):
@@ -94,6 +101,9 @@ def independent(k: int):
 
 
 def bench_hop(n: int, iters: int) -> dict:
+    """Per hop of the chains; for the chain with tile bodies also a profiled launch's split of
+    a hop into the task's own time (wait satisfied -> notifies issued) and the signal time
+    (notifies issued -> the next task's wait satisfied), medians over the chain."""
     out = {}
     for label, program, x in (("with_tile", chain(n), {"A": torch.rand(n + 1, 1, device="cuda")}),
                               ("bare", chain_nop(n), {})):
@@ -102,19 +112,26 @@ def bench_hop(n: int, iters: int) -> dict:
         mk.sync(st)
         ms = timed(captured(lambda mk=mk, st=st: mk.relaunch(st)).replay, iters, 3)
         out[label] = {"tasks": n, "ms": ms, "us_per_hop": ms * 1e3 / n}
+        st = mk.launch({}, x, profile=True)
+        mk.sync(st)
+        prof = st.arrays["prof"].cpu().numpy().reshape(-1, 4).astype(np.float64)
+        link = slice(1, n + 1)  # task ids of the chain's links, in chain order
+        start, end = prof[link, 1], prof[link, 2]
+        out[label]["task_us"] = float(np.median(end - start)) / 1e3
+        out[label]["signal_us"] = float(np.median(start[1:] - end[:-1])) / 1e3
     return out
 
 
 def bench_launch_floor(iters: int) -> dict:
     """Fixed cost of one megakernel launch (one `nop` task per SM: launch, argument staging,
-    queue staging, last-CTA re-initialisation) next to one tiny torch kernel, both replayed
-    from a CUDA graph."""
+    queue staging, last-CTA re-initialisation) next to one tiny torch kernel, per step of a
+    graph of back-to-back launches."""
     mk = Megakernel(independent_nop(132), "static")
     st = mk.launch({}, {})
     mk.sync(st)
     x = torch.ones(1, device="cuda")
-    return {"megakernel_ms": timed(captured(lambda: mk.relaunch(st)).replay, iters),
-            "torch_kernel_ms": timed(captured(lambda: x.add_(1.0)).replay, iters)}
+    return {"megakernel_ms": per_step(lambda: mk.relaunch(st), iters),
+            "torch_kernel_ms": per_step(lambda: x.add_(1.0), iters)}
 
 
 def bench_dispatch(k: int, iters: int) -> dict:
@@ -169,16 +186,17 @@ def bench_examples(iters: int) -> list[dict]:
         row = {"example": name, "binding": env}
         stages = stage_fns(name, env, inputs)
         row["torch_per_stage_ms"] = timed(stages, iters)
-        row["torch_stages_cuda_graph_ms"] = timed(captured(stages).replay, iters)
+        row["torch_stages_cuda_graph_ms"] = per_step(stages, iters)
         for mode, opts in (("static", {}), ("dynamic", {}),
-                           ("dynamic_late_push", {"early_push": False}), ("unfused", {})):
+                           ("dynamic_late_push", {"early_push": False}), ("hybrid", {}),
+                           ("unfused", {})):
             mk = Megakernel(ex.build(), mode.split("_")[0], **opts)
             st = mk.launch(env, inputs)
             mk.sync(st)
             row[f"megakernel_{mode}_ms"] = timed(
                 lambda mk=mk, st=st: mk.relaunch(st), iters)
-            row[f"megakernel_{mode}_graph_ms"] = timed(
-                captured(lambda mk=mk, st=st: mk.relaunch(st)).replay, iters)
+            row[f"megakernel_{mode}_graph_ms"] = per_step(
+                lambda mk=mk, st=st: mk.relaunch(st), iters)
         rows.append(row)
         print(json.dumps(row))
     return rows
@@ -214,6 +232,9 @@ def markdown(r: dict) -> str:
              f"{hop['bare']['us_per_hop']:.2f} us | <= 0.85 us (hand-written: 0.82 us) |",
              f"| dependent hop with a 1-element tile body (load, store) | "
              f"{hop['with_tile']['us_per_hop']:.2f} us | - |",
+             f"| its split (profiled, medians): task (wait satisfied -> notified) / signal "
+             f"(notified -> next wait satisfied) | {hop['with_tile']['task_us']:.2f} / "
+             f"{hop['with_tile']['signal_us']:.2f} us | - |",
              f"| static dispatch per task per SM ({disp['static_nop']['tasks']} `nop` tasks) | "
              f"{disp['static_nop']['us_per_task_per_sm']:.2f} us | <= 0.3 us |",
              f"| static dispatch per task per SM, 1-element tile body | "
@@ -221,23 +242,27 @@ def markdown(r: dict) -> str:
              f"| dynamic dispatch per task per SM (`nop` / tile body) | "
              f"{disp['dynamic_nop']['us_per_task_per_sm']:.2f} / "
              f"{disp['dynamic']['us_per_task_per_sm']:.2f} us | - |",
-             f"| launch floor, graph-replayed: megakernel with one `nop` per SM / one tiny "
-             f"torch kernel | {r['launch']['megakernel_ms'] * 1e3:.1f} / "
+             f"| launch floor per step (graph of 20 launches): megakernel with one `nop` per "
+             f"SM / one tiny torch kernel | {r['launch']['megakernel_ms'] * 1e3:.1f} / "
              f"{r['launch']['torch_kernel_ms'] * 1e3:.1f} us | - |", "",
              "## Examples: megakernel vs one launch per stage (ms)", "",
-             "`graph`: launches captured in a CUDA graph and replayed (GPU time without host "
-             "launch cost). These problems are tiny: every time is latency bound, far above the "
-             "bandwidth floor (split-K n=256 moves 128 KiB: 0.03 us at 4.27 TB/s).", "",
-             "| example | binding | torch per stage | torch stages, graph | megakernel static | "
-             "static, graph | dynamic (early push), graph | dynamic (late push), graph | "
-             "unfused, graph |", "|---|---|---|---|---|---|---|---|---|"]
+             "`graph`: per step of a CUDA graph of 20 back-to-back steps (no host launch "
+             "cost; the graph's own launch amortised), the way a decode loop runs. Single: one "
+             "launch, host launch included. These problems are tiny: every time is latency "
+             "bound, far above the bandwidth floor (split-K n=256 moves 128 KiB: 0.03 us at "
+             "4.27 TB/s).", "",
+             "| example | binding | torch per stage, single | torch stages, graph | "
+             "megakernel static, single | static, graph | dynamic (early push), graph | "
+             "dynamic (late push), graph | hybrid, graph | unfused, graph | static vs torch "
+             "graph |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in r["examples"]:
         lines.append(
             f"| {e['example']} | {e['binding']} | {e['torch_per_stage_ms']:.4f} | "
             f"{e['torch_stages_cuda_graph_ms']:.4f} | {e['megakernel_static_ms']:.4f} | "
             f"{e['megakernel_static_graph_ms']:.4f} | {e['megakernel_dynamic_graph_ms']:.4f} | "
             f"{e['megakernel_dynamic_late_push_graph_ms']:.4f} | "
-            f"{e['megakernel_unfused_graph_ms']:.4f} |")
+            f"{e['megakernel_hybrid_graph_ms']:.4f} | {e['megakernel_unfused_graph_ms']:.4f} | "
+            f"{e['torch_stages_cuda_graph_ms'] / e['megakernel_static_graph_ms']:.2f}x |")
     if "trace" in r:
         t = r["trace"]
         lines += ["", f"Profiled static launch, symbolic batch B = 64: measured makespan "

@@ -8,7 +8,7 @@ from eventtensor.examples import EXAMPLES
 for name, env in (("splitk_rowsum", {"n": 2}), ("symbolic_batch", {"B": 5}),
                   ("toy_moe", {"T": 13})):
     ex = EXAMPLES[name]
-    for mode in ("static", "dynamic"):
+    for mode in ("static", "dynamic", "hybrid"):
         mk = Megakernel(ex.build(), mode, num_sms=8)
         inputs = ex.make_inputs(env, 0)
         gpu = {k: torch.as_tensor(np.ascontiguousarray(v), device="cuda")

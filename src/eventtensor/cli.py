@@ -78,7 +78,7 @@ def _gpu_demo(torch) -> str:
     name = torch.cuda.get_device_name(0)
     print(f"== on the GPU ({name}): one megakernel launch per run")
     for ex in EXAMPLES.values():
-        for mode in ("static", "dynamic", "unfused"):
+        for mode in ("static", "dynamic", "hybrid", "unfused"):
             try:
                 mk = Megakernel(ex.build(), mode)
             except UnsupportedOnGpu as exc:

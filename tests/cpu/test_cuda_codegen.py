@@ -28,7 +28,8 @@ def program_for(name, mode):
 
 
 GPU_CASES = [(n, m) for n in ("splitk_rowsum", "symbolic_batch", "splitk_gemv_bf16") for m in
-             ("static", "dynamic", "unfused")] + [("toy_moe", "static"), ("toy_moe", "unfused")]
+             ("static", "dynamic", "hybrid", "unfused")] + [
+    ("toy_moe", "static"), ("toy_moe", "hybrid"), ("toy_moe", "unfused")]
 
 
 @pytest.mark.parametrize("name, mode", GPU_CASES)
@@ -40,6 +41,10 @@ def test_example_kernels_compile_for_sm90a(name, mode):
         assert "// notify expert_ready[t->topk_ids[t, :]]" in src
         assert "// trigger expert_ready -> k->exp_indptr[k]:exp_indptr[k + 1]" in src
         assert "// expert_ready: k->expert_counts[k]" in src
+    if mode == "hybrid":  # the device queue's counter protocol, static queue nesting pops
+        assert "#define ET_ARMED_COUNTS 1" in src and "et_run_hybrid(A);" in src
+        if name == "toy_moe":  # the trigger range releases the grid only while it is dynamic
+            assert "if (ET_GRID_DYNAMIC(3) && " in src
     if name == "splitk_gemv_bf16":  # bf16 x and W tiles, fp32 partials, bf16 y
         assert "const EtBTile t0 = et_tile((et_bf16*)" in src
         assert "const EtTile t0 = et_tile((float*)" in src
@@ -86,7 +91,7 @@ def test_random_programs_compile():
     from random_programs import generate as gen
     for seed in range(6):
         p = run_pipeline(gen(seed).build())
-        for mode in ("static", "dynamic"):
+        for mode in ("static", "dynamic", "hybrid"):
             compile_source(generate(p, mode), kernel_name(p, mode))
 
 
@@ -192,8 +197,9 @@ def test_codegen_error_names_what_the_gpu_does_not_run():
                                                r"topk_ids\[s, :\]; dynamic mode arms counts "
                                                r"written at indices and ranges only"):
         generate(prepare(tile_counts_program("topk_ids[s, :]"), "dynamic"), "dynamic")
-    with pytest.raises(UnsupportedOnGpu, match="scheduling mode 'hybrid'"):
-        generate(run_pipeline(EXAMPLES["splitk_rowsum"].build()), "hybrid")
+    with pytest.raises(UnsupportedOnGpu, match="scheduling mode 'auto' is not supported by "
+                                               "the CUDA backend"):
+        generate(run_pipeline(EXAMPLES["splitk_rowsum"].build()), "auto")
 
 
 def test_trigger_source_complete_from_the_start_is_refused():

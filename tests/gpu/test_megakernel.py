@@ -13,9 +13,17 @@ from eventtensor.backends.cpu import run as cpu_run
 from eventtensor.errors import DeadlockError
 from eventtensor.examples import EXAMPLES
 from eventtensor.schedule import lower
+from eventtensor.schedule.simulate import default_dynamic_grids
 
 pytestmark = pytest.mark.gpu
-MODES = ["static", "dynamic", "unfused"]
+MODES = ["static", "dynamic", "hybrid", "unfused"]
+
+
+def cpu_tensors(program, env, mode, inputs, seed=1):
+    """The interpreter's result for `program` in `mode` on 8 SMs (hybrid: the same default
+    dynamic grids as the megakernel)."""
+    opts = {"dynamic_grids": default_dynamic_grids(program)} if mode == "hybrid" else {}
+    return cpu_run(lower(program, env, mode, 8, **opts), inputs, seed=seed).tensors
 
 
 def _torch():
@@ -50,7 +58,7 @@ def test_examples_match_reference_and_interpreter(name, bindings, mode):
         out = mk.run(env, mk.to_device(inputs))
         got = {k: to_host(out[k]) for k in ex.outputs}
         ex.check(got, inputs, env)
-        cpu = cpu_run(lower(ex.build(), env, mode, 8), inputs, seed=1).tensors
+        cpu = cpu_tensors(ex.build(), env, mode, inputs)
         for k in ex.outputs:
             np.testing.assert_allclose(got[k], cpu[k], rtol=tol, atol=tol)
 
@@ -118,7 +126,7 @@ def test_moe_data_dependent_edges_on_gpu(mode, experts):
             assert counts.sum() == 2 * T
             if skew:
                 assert counts[0] == counts[1] == T and (counts[2:] == 0).all()
-            cpu = cpu_run(lower(moe.build(experts), env, mode, 8), inputs, seed=T).tensors
+            cpu = cpu_tensors(moe.build(experts), env, mode, inputs, seed=T)
             np.testing.assert_array_equal(counts, cpu["expert_counts"])
             np.testing.assert_allclose(got, cpu["out"], rtol=1e-4, atol=1e-4)
 
@@ -144,7 +152,7 @@ def test_trigger_ranges_and_input_wait_counts_on_gpu(mode):
         for _ in range(3):  # later launches reuse the re-initialised device state
             st = mk.launch({}, gpu)
             mk.sync(st)
-        cpu = cpu_run(lower(program, {}, mode, 8), inputs, seed=1).tensors
+        cpu = cpu_tensors(program, {}, mode, inputs)
         out = {k: to_host(v) for k, v in st.arrays["tensors"].items()}
         np.testing.assert_array_equal(out["o"][covered], cpu["o"][covered])
         for k in ("t", "u"):
@@ -176,7 +184,8 @@ def _assert_reinitialised(st):
 
 @pytest.mark.parametrize("name, env, mode", [("splitk_rowsum", {"n": 3}, "static"),
                                              ("splitk_rowsum", {"n": 3}, "dynamic"),
-                                             ("toy_moe", {"T": 13}, "dynamic")])
+                                             ("toy_moe", {"T": 13}, "dynamic"),
+                                             ("toy_moe", {"T": 13}, "hybrid")])
 def test_ten_thousand_launches_without_host_reset(name, env, mode):
     ex = EXAMPLES[name]
     mk = megakernel(ex.build(), mode)
@@ -232,7 +241,7 @@ def test_random_dag_stress():
         n = spec.bindings[-1] if seed % 10 else spec.n_hi
         inputs = spec.inputs(n, spec.seed)
         ref = reference(spec, n, inputs["X"])
-        for mode in ("static", "dynamic"):
+        for mode in ("static", "dynamic") + (("hybrid",) if seed % 3 == 0 else ()):
             mk = megakernel(program, mode, policy=random.Random(seed).choice(
                 ["critical_path", "round_robin"]) if mode == "static" else "critical_path")
             out = mk.run({"n": n}, to_gpu(inputs))

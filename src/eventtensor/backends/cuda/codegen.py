@@ -4,8 +4,9 @@ Only glue is generated: the symbol prelude; one `case` per task grid in the disp
 (coordinates from the task record, tile views from the region maps through `sym`'s C printer,
 index tensors read where a region is data dependent, the kind's body call); the
 data-dependent waits, triggers and notifies of each grid; the runtime wait counts; in dynamic
-mode, the arming of runtime wait counts and the trigger ranges released on completion (see
-`dynamic.cuh`); the kernel entry choosing the static or dynamic loop. Everything else is the
+and hybrid modes (the device queue's counter protocol), the arming of runtime wait counts and
+the trigger ranges released on completion (see `dynamic.cuh`); the kernel entry running the
+mode's loops. Everything else is the
 hand-written device library in `include/eventtensor/`. Binding-dependent tables are kernel
 data, so one kernel serves every binding of the symbols.
 """
@@ -18,7 +19,7 @@ from ...maps import Full, Index, IndexMap, Load, Span
 
 SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.cuh)
 MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
-GPU_MODES = ("static", "dynamic", "unfused")
+GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
 BODIES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
@@ -156,7 +157,7 @@ def generate(p: Program, mode: str) -> str:
     if mode not in GPU_MODES:
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")
-    dynamic = mode == "dynamic"
+    dynamic = mode in ("dynamic", "hybrid")  # the device queue's counter protocol
     if dynamic:
         _check_triggers(p)
     if SYM_BASE + len(p.symbols) + len(p.tensors) > MAX_SLOTS:
@@ -168,6 +169,8 @@ def generate(p: Program, mode: str) -> str:
            f"// {len(p.grids)} task grids, {len(p.events)} event tensors, "
            f"{len(p.tensors)} tensors",
            sym.C_PRELUDE,
+           *(["#define ET_ARMED_COUNTS 1"] if dynamic else []),
+           *(["#define ET_HYBRID 1"] if mode == "hybrid" else []),
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"', "",
@@ -175,12 +178,12 @@ def generate(p: Program, mode: str) -> str:
     out += _dispatch(g)
     out += _prefetch(g) + _extra_waits(g) + _extra_notifies(g, dynamic) + _runtime_counts(g)
     out += _arm_written(g, dynamic) + _arm_inputs(g, dynamic) + _release_triggers(g, dynamic)
-    out += ["", f'extern "C" __global__ void __launch_bounds__(256) {kernel_name(p, mode)}'
+    out += ["", f'extern "C" __global__ void __launch_bounds__(256, 1) {kernel_name(p, mode)}'
             "(const long long* __restrict__ args) {",
             "    __shared__ long long A[ET_SLOTS];",
             "    for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x) A[i] = args[i];",
             "    __syncthreads();",
-            "    et_dynamic_loop(A);" if mode == "dynamic" else "    et_static_loop(A);",
+            f"    et_run_{'static' if mode == 'unfused' else mode}(A);",
             "    et_finish(A);", "}", ""]
     return "\n".join(out)
 
@@ -229,7 +232,8 @@ def _dispatch(g: _Gen) -> list[str]:
         lines.append(f"        et_body_{grid.kind}({', '.join(args)});")
         return f"task grid {grid.name}, kind {grid.kind}", lines
 
-    return _grid_switch(g, "__device__ void et_run_task(const long long* A, const EtTask& task) {",
+    return _grid_switch(g, "__device__ void et_run_task(const long long* A, "
+                           "const EtTask& task) {",
                         case, "  // task grid")
 
 
@@ -323,9 +327,14 @@ def _extra_waits(g: _Gen) -> list[str]:
                       "            if (!et_wait_elem(A, task.id, found)) return 0;", "        }"]
         return f"task grid {grid.name}", lines
 
+    waiting = [gi for gi, grid in enumerate(g.p.grids)
+               if _dd_edges(g, grid, "wait") or _dd_edges(g, grid, "trigger")]
+    has = " || ".join(f"g == {gi}" for gi in waiting) or "false"
     return _grid_switch(
         g, "__device__ int et_extra_waits(const long long* A, const EtTask& task) {", case,
-        tail=("    return 1;",))
+        tail=("    return 1;",)) + [
+        "__device__ __forceinline__ bool et_has_extra_waits(int g) {",
+        f"    return {has};", "}", ""]
 
 
 def _extra_notifies(g: _Gen, dynamic: bool) -> list[str]:
@@ -427,16 +436,22 @@ def _arm_inputs(g: _Gen, dynamic: bool) -> list[str]:
 
 
 def _release_triggers(g: _Gen, dynamic: bool) -> list[str]:
-    """Dynamic mode, element `x` completed: the range of each trigger edge from its event
-    (trigger edge j in program order is ET_TRIGGER_STATE(j), see runtime.py)."""
+    """Dynamic and hybrid modes, element `x` completed: the range of each trigger edge from
+    its event into a grid that runs from the device queue (trigger edge j in program order is
+    ET_TRIGGER_STATE(j), see runtime.py)."""
     trig = [e for e in g.p.edges if e.kind == "trigger"] if dynamic else []
     lines = []
     for j, e in enumerate(trig):
         ev, grid = g.p.event(e.event), g.p.grid(e.grid)
+        gi = [gr.name for gr in g.p.grids].index(grid.name)
+        if gi >= 63:
+            raise UnsupportedOnGpu(f"task grid '{grid.name}' (grid {gi}) is the target of a "
+                                   "trigger edge; the dynamic-grid mask holds grids 0..62")
         span, eren = e.map.dims[0], g.event_ren(ev)
         assert isinstance(span, Span)
         cond, coords = g.element_of(ev, "        ")
-        lines += [f"    if ({cond}) {{  // trigger {e.event} -> {e.grid}: {e.map}", *coords,
+        lines += [f"    if (ET_GRID_DYNAMIC({gi}) && {cond}) {{  // trigger {e.event} -> "
+                  f"{e.grid}: {e.map}", *coords,
                   f"        et_release_range(A, {j}, {g.task_base(grid.name)}, "
                   f"{g.size(grid.extent)}, {g.value(span.start, eren)}, "
                   f"{g.value(span.stop, eren)}, {g.size(ev.shape)});", "    }"]

@@ -11,7 +11,7 @@ turns it into `DeadlockError` naming the task, the event element and the counter
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from ...errors import DeadlockError
 from ...ir import Program, TensorDecl
 from ...lower import Tables, bind, build_tables
 from ...schedule import StaticTemplate, prepare, schedule
+from ...schedule.simulate import default_dynamic_grids
 from ...trace import TaskSpan, Trace
 from .codegen import CTYPE, MAX_SLOTS, SYM_BASE, UnsupportedOnGpu, generate, kernel_name
 from .compiler import compile_source
@@ -161,18 +162,24 @@ class Megakernel:
 
     def __init__(self, program: Program, mode: str = "static", num_sms: int | None = None,
                  policy: str = "critical_path", watchdog_s: float = 1.0,
-                 early_push: bool = True):
+                 early_push: bool = True, dynamic_grids: Sequence[str] | None = None):
+        """`dynamic_grids` (hybrid mode): the grids run from the device queue; by default the
+        data-dependent ones (`default_dynamic_grids`)."""
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
         self.program = prepare(program, mode)
+        self.dynamic_grids = tuple(dynamic_grids if dynamic_grids is not None else
+                                   default_dynamic_grids(self.program)) \
+            if mode == "hybrid" else ()
         self.source = generate(self.program, mode)
         self.name = kernel_name(self.program, mode)
         self.compiled = compile_source(self.source, self.name)
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         self.num_sms = num_sms or props.multi_processor_count
         self.watchdog_ns = int(watchdog_s * 1e9)
-        self.template = StaticTemplate(self.program, self.num_sms, policy) \
+        static = [g.name for g in self.program.grids if g.name not in self.dynamic_grids]
+        self.template = StaticTemplate(self.program, self.num_sms, policy, grids=static) \
             if mode != "dynamic" else None
         self._func = None
         self._states: dict[tuple[int, ...], _State] = {}
@@ -201,7 +208,8 @@ class Megakernel:
     def tables(self, env: Mapping[str, int], queues=None) -> Tables:
         t = build_tables(bind(self.program, env))
         return schedule(t, self.mode, self.num_sms, self.policy, early_push=self.early_push,
-                        template=self.template, queues=queues)
+                        template=self.template, queues=queues,
+                        dynamic_grids=self.dynamic_grids)
 
     def _state(self, env: Mapping[str, int], tables: Tables | None = None) -> _State:
         key = tuple(int(env[s.name]) for s in self.program.symbols)
@@ -286,6 +294,7 @@ class Megakernel:
             slots[i] = a[name].data_ptr() if name else 0
         for i, name in zip(range(40, 43), ["stream_rec", "stream_wait", "stream_notify"]):
             slots[i] = a[name].data_ptr()
+        slots[3] = int(sum(1 << gi for gi in np.flatnonzero(st.tables.grid_mode) if gi < 63))
         slots[12] = len(st.tables.ready)
         for i, name in zip(range(13, 18), ["pending", "pending0", "push_ptr", "push_task",
                                            "queue"]):

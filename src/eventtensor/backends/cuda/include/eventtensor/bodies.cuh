@@ -63,9 +63,9 @@ __device__ __forceinline__ long long et_off(const EtTileT<T>& t, int d, int i) {
     return (long long)(t.idx[d] ? t.idx[d][i] : i) * t.s[d];
 }
 
-// Bring a tile's cache lines into L1 (issued by every thread of the CTA, no wait): used to
+// Bring a tile's cache lines into L2 (issued by every thread of the CTA, no wait): used to
 // load the next task's input tiles (weights) while the current task notifies and the next
-// one waits on its events.
+// one waits on its events. (Not L1: the acquire that ends a wait invalidates the SM's L1.)
 template <typename T>
 __device__ void et_prefetch_tile(const EtTileT<T>& t) {
     const int per_line = 128 / (int)sizeof(T);
@@ -82,7 +82,7 @@ __device__ void et_prefetch_tile(const EtTileT<T>& t) {
             r /= t.n[d];
         }
         if (last >= 0) off += et_off(t, last, c);
-        asm volatile("prefetch.global.L1 [%0];" :: "l"(t.p + off));
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(t.p + off));
     }
 }
 
@@ -126,49 +126,263 @@ __device__ __forceinline__ long long et_bcast(const EtTileT<S>& src, int src_ran
 // nop: no work (a task that only waits and notifies)
 __device__ __forceinline__ void et_body_nop() {}
 
-// The bodies below take tiles of any element types (float or et_bf16), read as float and
-// accumulate in float; the result is rounded to the out tile's type on store.
+// ------------------------------------------------------------------ generic bodies
+//
+// Contract with the runtime: a body is entered by all blockDim.x threads of the CTA (a multiple
+// of 32), and a CTA barrier follows every body. The bodies take tiles of any element types
+// (float or et_bf16), read as float and accumulate in float; the result is rounded to the out
+// tile's type on store.
+//
+// A body sits on a dependency chain, so it is written for latency: fast paths for tiles without
+// index vectors whose offsets fit in an int (32-bit index math) and of modest extents (all the
+// examples' tiles), the plain per-element loop otherwise. In a fast path each thread issues a
+// batch of independent loads before it uses any of them (one memory latency per batch), and a
+// reduction is split over a group of lanes when there are fewer outputs than threads.
 
-// row_sum: x summed over its last axis, broadcast into the out tile (numpy semantics)
-template <typename X, typename O>
-__device__ void et_body_row_sum(const EtTileT<X>& x, const EtTileT<O>& out) {
-    int cells = et_count(out, out.rank);
-    long long k = x.n[x.rank - 1];
-    EtTileT<X> rows = x;
-    rows.n[x.rank - 1] = 1;
-    for (int e = threadIdx.x; e < cells; e += blockDim.x) {
-        const X* p = x.p + et_bcast(rows, x.rank, out, e);
-        float acc = 0.f;
-        for (int j = 0; j < k; ++j) acc += et_to_float(p[et_off(x, x.rank - 1, j)]);
-        *et_at(out, e, out.rank, 0) = et_from_float<O>(acc);
+// Shared scratch of the bodies: one 4 KB array (16-byte aligned) for all of them, so that no
+// body adds static shared memory of its own. A body may write it from its start on: the barrier
+// after every body ensures no thread still reads what an earlier body left there.
+#define ET_SCRATCH_FLOATS 1024
+__device__ __forceinline__ float* et_body_scratch() {
+    __shared__ float4 scratch[ET_SCRATCH_FLOATS / 4];
+    return reinterpret_cast<float*>(scratch);
+}
+
+// True if t has no index vectors and all its element offsets fit in an int.
+template <typename T>
+__device__ __forceinline__ bool et_plain(const EtTileT<T>& t) {
+    long long span = 0;
+#pragma unroll
+    for (int d = 0; d < 4; ++d)
+        if (d < t.rank) {
+            if (t.idx[d]) return false;
+            span += (t.n[d] - 1) * t.s[d];
+        }
+    return span < (1ll << 31);
+}
+
+// log2 of the lanes that split each of `units` reductions of length k: the largest power of
+// two q <= 32 with q <= k and q * units <= blockDim.x (1 if there is no such q > 1).
+__device__ __forceinline__ int et_split_log2(int units, int k) {
+    int lg = 0;
+    while (lg < 5 && (2 << lg) <= k && units <= (int)(blockDim.x >> (lg + 1))) ++lg;
+    return lg;
+}
+
+// v summed over the aligned group of q lanes (a power of two <= 32) of the calling thread, for
+// every lane: all 32 lanes of the warp call it (each group sums its own lanes).
+__device__ __forceinline__ float et_group_sum(float v, int q) {
+    for (int o = q >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// The absent second factor of a plain sum: reads as 1.
+struct EtOne {};
+template <typename T>
+__device__ __forceinline__ float et_ld(const T* p, int i) { return et_to_float(p[i]); }
+__device__ __forceinline__ float et_ld(const EtOne*, int) { return 1.f; }
+
+// A 2-D sum of products: out cell (r, c), at dst[r * dr + c * dc], is the sum over j < k of
+// a[r * ar + c * ac + j * ak] * b[r * br + c * bc + j * bk] (stride 0: broadcast).
+struct EtDot2 {
+    int rows, cols, k, ar, ac, ak, br, bc, bk, dr, dc;
+};
+
+// Mapping: the cells are cut into blocks of CW consecutive cells of a row (CW divides cols).
+// Lane group g (q = 2^lg aligned lanes, G = blockDim.x / q groups) takes blocks g, g + G, ...;
+// lane p of the group takes j = p, p + q, ..., loading JB of them for each of its CW cells
+// before it adds any (past k: its last j again, unused), so a warp's load covers q consecutive
+// j of 32 / q consecutive blocks. Then the group adds up its lanes with shuffles and lane 0
+// stores. All lanes of a warp run the same iterations (while its first group has a block), so
+// that the whole warp shuffles. No barrier.
+template <int CW, typename A, typename B, typename O>
+__device__ __forceinline__ void et_dot2(const A* a, const B* b, O* dst, EtDot2 g) {
+    constexpr int JB = CW == 1 ? 8 : 4;
+    const int blocks = g.rows * g.cols / CW;
+    const int lg = et_split_log2(blocks, g.k), q = 1 << lg, p = threadIdx.x & (q - 1);
+    const int step = blockDim.x >> lg;
+    for (int blk = threadIdx.x >> lg, b0 = (threadIdx.x & ~31u) >> lg; b0 < blocks;
+         blk += step, b0 += step) {
+        const bool live = blk < blocks;  // else a group of the warp past the last block
+        const int k = live ? g.k : 0;
+        const int r = (unsigned)(blk * CW) / (unsigned)g.cols, c = blk * CW - r * g.cols;
+        const int oa = r * g.ar + c * g.ac, ob = r * g.br + c * g.bc;
+        float acc[CW] = {};
+        for (int j0 = p; j0 < k; j0 += JB * q) {
+            const int last = (k - 1 - j0) >> lg;  // u <= last: j0 + u * q < k
+            const int ja = oa + j0 * g.ak, jb = ob + j0 * g.bk, qa = q * g.ak, qb = q * g.bk;
+            float va[CW][JB], vb[CW][JB];
+#pragma unroll
+            for (int u = 0; u < JB; ++u)
+#pragma unroll
+                for (int m = 0; m < CW; ++m) {
+                    va[m][u] = et_ld(a, ja + m * g.ac + min(u, last) * qa);
+                    vb[m][u] = et_ld(b, jb + m * g.bc + min(u, last) * qb);
+                }
+#pragma unroll
+            for (int u = 0; u < JB; ++u)
+#pragma unroll
+                for (int m = 0; m < CW; ++m)
+                    if (u <= last) acc[m] += va[m][u] * vb[m][u];
+        }
+#pragma unroll
+        for (int m = 0; m < CW; ++m) {
+            const float sum = et_group_sum(acc[m], q);
+            if (p == 0 && live) dst[r * g.dr + (c + m) * g.dc] = et_from_float<O>(sum);
+        }
     }
+}
+
+// The sums of row_sum (keep: t summed over its last axis, kept with extent 1) and sum_partials
+// (t summed over its first axis, removed), broadcast into out as by et_bcast (numpy semantics).
+// Fast path, if t and out are plain and out has extent 1 in all but its last two dimensions:
+// et_dot2, with blocks of 4 cells when there are more cells than threads (a thread's loads of
+// all its cells overlap). Else one thread per out cell.
+template <typename S, typename O>
+__device__ __forceinline__ void et_sum(const EtTileT<S>& t, bool keep, const EtTileT<O>& out) {
+    const int axis = keep ? t.rank - 1 : 0, vrank = keep ? t.rank : t.rank - 1, R = out.rank;
+    auto src_dim = [&](int d) {  // t's dimension along out dimension d; -1: absent or broadcast
+        const int sd = d - (R - vrank), td = keep ? sd : sd + 1;
+        return d >= 0 && sd >= 0 && td != axis && t.n[td] != 1 ? td : -1;
+    };
+    if (et_plain(t) && et_plain(out) && (R < 3 || out.n[0] == 1) && (R < 4 || out.n[1] == 1)) {
+        const int dr = src_dim(R - 2), dc = src_dim(R - 1);
+        EtDot2 g = {};
+        g.rows = R >= 2 ? (int)out.n[R - 2] : 1;
+        g.cols = R >= 1 ? (int)out.n[R - 1] : 1;
+        g.k = (int)t.n[axis];
+        g.ar = dr < 0 ? 0 : (int)t.s[dr];
+        g.ac = dc < 0 ? 0 : (int)t.s[dc];
+        g.ak = (int)t.s[axis];
+        g.dr = R >= 2 ? (int)out.s[R - 2] : 0;
+        g.dc = R >= 1 ? (int)out.s[R - 1] : 0;
+        if (g.rows * g.cols > (int)blockDim.x && g.cols % 4 == 0)
+            return et_dot2<4>(t.p, (const EtOne*)nullptr, out.p, g);
+        return et_dot2<1>(t.p, (const EtOne*)nullptr, out.p, g);
+    }
+    const int cells = et_count(out, R);
+#pragma unroll 1
+    for (int e = threadIdx.x; e < cells; e += blockDim.x) {
+        long long src = 0, dst = 0;
+        int i = e;
+        for (int d = R - 1; d >= 0; --d) {
+            const int n = (int)out.n[d], id = i % n, sd = src_dim(d);
+            i /= n;
+            dst += et_off(out, d, id);
+            if (sd >= 0) src += et_off(t, sd, id);
+        }
+        float acc = 0.f;
+#pragma unroll 1
+        for (int j = 0; j < t.n[axis]; ++j) acc += et_to_float(t.p[src + et_off(t, axis, j)]);
+        out.p[dst] = et_from_float<O>(acc);
+    }
+}
+
+// row_sum: x summed over its last axis, broadcast into the out tile
+template <typename X, typename O>
+__device__ __forceinline__ void et_body_row_sum(const EtTileT<X>& x, const EtTileT<O>& out) {
+    et_sum(x, true, out);
 }
 
 // sum_partials: p summed over its first axis, broadcast into the out tile
 template <typename P, typename O>
-__device__ void et_body_sum_partials(const EtTileT<P>& p, const EtTileT<O>& out) {
-    int cells = et_count(out, out.rank);
-    EtTileT<P> inner = p;  // p without its first axis
-    for (int d = 0; d + 1 < p.rank; ++d) {
-        inner.n[d] = p.n[d + 1]; inner.s[d] = p.s[d + 1]; inner.idx[d] = p.idx[d + 1];
-    }
-    for (int e = threadIdx.x; e < cells; e += blockDim.x) {
-        const P* q = p.p + et_bcast(inner, p.rank - 1, out, e);
-        float acc = 0.f;
-        for (int s = 0; s < p.n[0]; ++s) acc += et_to_float(q[et_off(p, 0, s)]);
-        *et_at(out, e, out.rank, 0) = et_from_float<O>(acc);
-    }
+__device__ __forceinline__ void et_body_sum_partials(const EtTileT<P>& p, const EtTileT<O>& out) {
+    et_sum(p, false, out);
 }
 
-// gemm_partial: out[0, r, c] = sum_k x[r, k] * w[k, c]
+// gemm_partial through the scratch: out cell (r, c) as in et_dot2 with a = x, b = w, for
+// rows <= 16, cols <= blockDim.x and (k << lr) <= ET_SCRATCH_FLOATS, 4 * blockDim.x.
+// Mapping: x is staged in the scratch as float, xs[j * R + r] (R = 2^lr: the rows rounded up to
+// a power of two >= 4, padding rows zero), each thread loading at most 4 elements. Lane group c
+// (q = 2^lg aligned lanes, q * cols <= blockDim.x) owns column c, its lane p the j = p, p + q,
+// ...: it holds w[j, c] in registers, 16 in flight (the first 16 loaded together with x), and
+// accumulates all rows; the group adds up its lanes with shuffles and lane p stores the rows r
+// with r % q == p. A warp reads a block of 32 / q columns by q rows of w per load. Every thread
+// stages x and reaches the one barrier, and every lane runs the shuffles (the groups past the
+// last column with no work). Not inlined: one copy per instance of this large path, whose call
+// costs little next to its work.
 template <typename X, typename W, typename O>
-__device__ void et_body_gemm_partial(const EtTileT<X>& x, const EtTileT<W>& w,
-                                     const EtTileT<O>& out) {
+__device__ __noinline__ void et_gemm_staged(const X* x, const W* w, O* out, EtDot2 g, int lr) {
+    const int R = 1 << lr, lg = et_split_log2(g.cols, g.k), q = 1 << lg;
+    const int p = threadIdx.x & (q - 1), c = threadIdx.x >> lg;
+    const bool on = c < g.cols;  // else a group past the last column
+    const int k = on ? g.k : 0, oc = c * g.bc;
+    float wv[16];  // w[j, c] for j = p + q * (i + u), i the current batch of 8
+    auto load_w = [&](int i, int u) {  // past k: the last j again, unused
+        wv[u] = et_to_float(w[oc + min(p + q * (i + u), k - 1) * g.bk]);
+    };
+    if (k > 0)
+#pragma unroll
+        for (int u = 0; u < 16; ++u) load_w(0, u);
+    float* xs = et_body_scratch();
+    float xv[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const int f = threadIdx.x + u * blockDim.x, r = f & (R - 1), j = f >> lr;
+        xv[u] = f < R * g.k && r < g.rows ? et_to_float(x[r * g.ar + j * g.ak]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const int f = threadIdx.x + u * blockDim.x;
+        if (f < R * g.k) xs[f] = xv[u];
+    }
+    __syncthreads();
+    float acc[16] = {};
+    for (int i = 0; i < (k + q - 1) >> lg; i += 8) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int j = p + q * (i + u);
+            if (j < k) {
+                const float4* xj = reinterpret_cast<const float4*>(xs + j * R);
+#pragma unroll
+                for (int b = 0; b < 4; ++b)
+                    if (4 * b < g.rows) {
+                        const float4 v = xj[b];
+                        acc[4 * b] += v.x * wv[u];
+                        acc[4 * b + 1] += v.y * wv[u];
+                        acc[4 * b + 2] += v.z * wv[u];
+                        acc[4 * b + 3] += v.w * wv[u];
+                    }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {  // slide: the next batch down, the one after it loaded
+            wv[u] = wv[u + 8];
+            load_w(i + 8, u + 8);
+        }
+    }
+    for (int o = q >> 1; o > 0; o >>= 1)  // as et_group_sum, for all rows at once
+#pragma unroll
+        for (int r = 0; r < 16; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+        if (r < g.rows && (r & (q - 1)) == p && on)
+            out[r * g.dr + c * g.dc] = et_from_float<O>(acc[r]);
+}
+
+// gemm_partial: out[0, r, c] = sum_k x[r, k] * w[k, c]. Fast paths: et_dot2 (a lane group per
+// output) when all outputs fit the CTA with at most 8 j per lane, else et_gemm_staged.
+template <typename X, typename W, typename O>
+__device__ __forceinline__ void et_body_gemm_partial(const EtTileT<X>& x, const EtTileT<W>& w,
+                                                     const EtTileT<O>& out) {
     int rows = (int)x.n[0], cols = (int)w.n[1];
     long long k = x.n[1];
+    if (x.rank == 2 && w.rank == 2 && out.rank >= 2 && et_plain(x) && et_plain(w) &&
+        et_plain(out)) {
+        const EtDot2 g = {rows, cols, (int)k, (int)x.s[0], 0, (int)x.s[1], 0, (int)w.s[1],
+                          (int)w.s[0], (int)out.s[out.rank - 2], (int)out.s[out.rank - 1]};
+        const int lr = rows <= 4 ? 2 : rows <= 8 ? 3 : 4;
+        if (rows * cols <= (int)blockDim.x && k <= 8 << et_split_log2(rows * cols, (int)k))
+            return et_dot2<1>(x.p, w.p, out.p, g);
+        if (rows <= 16 && cols <= (int)blockDim.x && k << lr <= ET_SCRATCH_FLOATS &&
+            k << lr <= 4 * blockDim.x)
+            return et_gemm_staged(x.p, w.p, out.p, g, lr);
+    }
+#pragma unroll 1
     for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
         int r = e / cols, c = e % cols;
         float acc = 0.f;
+#pragma unroll 1
         for (int j = 0; j < k; ++j)
             acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, j)]) *
                    et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, c)]);
@@ -182,7 +396,7 @@ __device__ void et_body_gemm_partial(const EtTileT<X>& x, const EtTileT<W>& w,
 // moe_router: top-k experts of one token by logit (ties: lower expert first), softmax weights
 __device__ void et_body_moe_router(const EtTile& x, const EtTile& w, const EtITile& ids,
                                    const EtTile& wts, int top_k) {
-    __shared__ float logit[256];
+    float* logit = et_body_scratch();  // experts <= 256
     int d = (int)x.n[1], experts = (int)w.n[1];
     for (int e = threadIdx.x; e < experts; e += blockDim.x) {
         float acc = 0.f;

@@ -1,6 +1,8 @@
-// eventtensor dynamic mode: the device queue fed by event completions -- early push, runtime
-// wait counts, data-dependent notifies, trigger ranges and termination. Included by the
-// generated kernel after runtime.cuh, whose dynamic loop calls the entry points below.
+// eventtensor dynamic and hybrid modes: the device queue fed by event completions -- early
+// push, runtime wait counts, data-dependent notifies, trigger ranges and termination.
+// Included by the generated kernel after runtime.cuh, whose loops call the entry points below.
+// In hybrid mode static tasks follow the same counter protocol (their notifies of watched
+// elements count and complete them; they arm the counts they write).
 // Semantics match eventtensor.backends.cpu (the executable specification).
 //
 // Counter of element x (64 bits), by its wait count:
@@ -28,9 +30,7 @@
 // Trigger edge j: source elements completed << 32 | consumer tasks their ranges covered.
 #define ET_TRIGGER_STATE(j) (&ET_DYN_STATE[1 + (j)])
 
-// Generated per program (codegen.py); empty outside dynamic mode:
-// Thread 0, after the body of `task`: et_arm the runtime-count elements whose count it wrote.
-__device__ void et_arm_written(const long long* A, const EtTask& task);
+// Generated per program (codegen.py); empty outside dynamic and hybrid modes:
 // Thread 0 of CTA 0, at launch: et_arm the runtime-count elements counted by an input tensor.
 __device__ void et_arm_inputs(const long long* A);
 // Thread 0, element x completed: et_release_range for every trigger edge from x's event.
@@ -130,6 +130,19 @@ __device__ int et_pop(const long long* A) {
         }
         et_nanosleep(64);
     }
+}
+
+// Hybrid mode, thread 0 of a CTA whose static task is blocked: claim the next queue slot if
+// a task was pushed into it and no CTA holds its ticket; -1 otherwise.
+__device__ int et_try_pop(const long long* A) {
+    const unsigned h = *(volatile unsigned*)ET_HEAD;
+    if (h >= ET_N_DYNAMIC || h >= *(volatile unsigned*)ET_TAIL ||
+        atomicCAS(ET_HEAD, h, h + 1) != h)
+        return -1;
+    int task;  // slot h is reserved by its pusher, whose next store publishes the task
+    while ((task = et_ld_acquire_int(&ET_QUEUE[h])) < 0) {}
+    et_dispatch(A, et_load_task(A, task));
+    return task;
 }
 
 // Thread 0, after the notifies of `task`: arm the counts it wrote, then count it retired (after

@@ -26,6 +26,14 @@ __device__ __forceinline__ int et_ld_acquire_int(const int* p) {
 __device__ __forceinline__ void et_red_release_add(u64* p, u64 v) {
     asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
+__device__ __forceinline__ void et_red_relaxed_add(u64* p, u64 v) {
+    asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+// With a relaxed atomic after it, a release: the CTA's writes before the barrier that
+// precedes it are visible to whoever observes the atomic.
+__device__ __forceinline__ void et_fence_release() {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
 __device__ __forceinline__ void et_st_release_int(int* p, int v) {
     asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
@@ -59,28 +67,18 @@ __device__ void et_fail(long long* err, int* abort_flag, long long task, long lo
 #define ET_SLEEP_NS 256
 #endif
 
-// Thread 0 only: spin until (counter >> shift) >= count. False if aborted (watchdog or
-// another CTA's failure).
-__device__ bool et_wait(u64* counter, int shift, long long count, long long task, long long elem,
-                        long long* err, int* abort_flag, u64 watchdog_ns) {
-    u64 v = et_ld_acquire(counter);
-    if ((long long)(v >> shift) >= count) return true;
-    const u64 start = et_globaltimer();
-    bool sleepy = false;
-    for (unsigned polls = 1;; ++polls) {
-        v = et_ld_acquire(counter);
-        if ((long long)(v >> shift) >= count) return true;
-        if (polls % 32 == 0) {
-            if (*(volatile int*)abort_flag) return false;
-            const u64 waited = et_globaltimer() - start;
-            if (waited > watchdog_ns) {
-                et_fail(err, abort_flag, task, elem, (long long)(v >> shift), count, 1);
-                return false;
-            }
-            sleepy = waited > ET_SPIN_NS;
-        }
-        if (sleepy) et_nanosleep(ET_SLEEP_NS);
-    }
+__device__ __forceinline__ u64 et_ld_relaxed(const u64* p) {
+    u64 v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Whether counter value v satisfies a wait: (v >> shift) >= count, or, for count < 0 (a
+// runtime count under the armed protocol of dynamic.cuh), v armed with its notifies (bits
+// 0..31) at the count it was armed with (bits 32..61).
+__device__ __forceinline__ bool et_satisfied(u64 v, int shift, long long count) {
+    if (count >= 0) return (long long)(v >> shift) >= count;
+    return (v >> 62) & 1 && (v & 0xffffffffull) >= ((v >> 32) & 0x3fffffffull);
 }
 
 __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
@@ -98,6 +96,7 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_QUEUE_PTR ET_I32(0)
 #define ET_QUEUE_TASK ET_I32(1)
 #define ET_TASK_REC ((const int4*)(A[2]))   // per task: 2 x int4, see EtTask
+#define ET_GRID_DYNAMIC(g) ((A[3] >> (g)) & 1)  // whether grid g runs from the device queue
 #define ET_WAIT_PTR ET_I32(4)
 #define ET_WAIT_REC ((const int2*)(A[5]))  // per wait: {element | early << 30, wait count}
 #define ET_NOTIFY_PTR ET_I32(6)
@@ -156,6 +155,8 @@ __device__ __forceinline__ EtTask et_load_task(const long long* A, int t) {
 
 // Generated per program (codegen.py):
 __device__ void et_run_task(const long long* A, const EtTask& task);  // the dispatch switch
+// Whether tasks of grid g have data-dependent waits or a trigger (et_extra_waits).
+__device__ __forceinline__ bool et_has_extra_waits(int g);
 // Thread 0, after the table waits: data-dependent waits and the trigger of `task`.
 // Returns 1 to run the body, 2 if the task is guarded (no trigger range holds it), 0 on abort.
 __device__ int et_extra_waits(const long long* A, const EtTask& task);
@@ -171,20 +172,71 @@ __device__ long long et_runtime_count(const long long* A, int x);
 __device__ void et_notify_watched(const long long* A, int rec);
 // The next task of the device queue (dispatch counted), or -1: no task left, or aborting.
 __device__ int et_pop(const long long* A);
+// Hybrid mode: a task of the device queue if one is published and unclaimed, else -1.
+__device__ int et_try_pop(const long long* A);
 // After the notifies of `task`: arm the runtime counts it wrote, count it retired.
 __device__ void et_retire(const long long* A, const EtTask& task);
+// After the body and notifies of `task` (dynamic and hybrid modes): arm the runtime counts
+// whose count tensor region it wrote.
+__device__ void et_arm_written(const long long* A, const EtTask& task);
 // At launch (CTA 0): arm the runtime counts read from input tensors.
 __device__ void et_arm_inputs(const long long* A);
 
-__device__ __forceinline__ long long et_target(const long long* A, int x) {
-    long long c = ET_TARGET[x];
+// The wait count of element x for et_wait, given its table value c: in dynamic and hybrid
+// modes (ET_ARMED_COUNTS) a runtime count (-1) stays -1, checked by the armed protocol of
+// dynamic.cuh; in static mode it is read from its tensor.
+__device__ __forceinline__ long long et_wait_count(const long long* A, int x, long long c) {
+#ifdef ET_ARMED_COUNTS
+    return c;
+#else
     return c >= 0 ? c : et_runtime_count(A, x);
+#endif
+}
+
+// Outcome of a wait: aborting (watchdog or another CTA's failure), satisfied, or, in hybrid
+// mode, interrupted by a dynamic task popped while the wait was blocked (see et_do_task).
+#define ET_WAIT_ABORT 0
+#define ET_WAIT_OK 1
+#define ET_WAIT_NEST 3
+
+// Thread 0 only: spin until the counter satisfies the wait (`et_satisfied`). Polls are
+// relaxed loads (an acquire load invalidates the SM's L1 each time); the satisfying value is
+// re-read with one acquire load, which orders the CTA's later reads after the producers'
+// writes. With `nest` set (hybrid mode), a blocked wait polls the device queue too and
+// returns ET_WAIT_NEST with the popped task in *nest.
+__device__ int et_wait(const long long* A, int x, int shift, long long count, long long task,
+                       int* nest) {
+    u64* counter = &ET_COUNTER[x];
+    u64 v = et_ld_relaxed(counter);
+    if (!et_satisfied(v, shift, count)) {
+        const u64 start = et_globaltimer();
+        bool sleepy = false;
+        for (unsigned polls = 1;; ++polls) {
+            v = et_ld_relaxed(counter);
+            if (et_satisfied(v, shift, count)) break;
+#ifdef ET_HYBRID
+            if (nest && polls % 4 == 0 && (*nest = et_try_pop(A)) >= 0) return ET_WAIT_NEST;
+#endif
+            if (polls % 32 == 0) {
+                if (*(volatile int*)ET_ABORT) return ET_WAIT_ABORT;
+                const u64 waited = et_globaltimer() - start;
+                if (waited > ET_WATCHDOG_NS) {
+                    et_fail(ET_ERR, ET_ABORT, task, x, (long long)(v >> shift), count, 1);
+                    return ET_WAIT_ABORT;
+                }
+                sleepy = waited > ET_SPIN_NS;
+            }
+            if (sleepy) et_nanosleep(ET_SLEEP_NS);
+        }
+    }
+    et_ld_acquire(counter);
+    return ET_WAIT_OK;
 }
 
 // Thread 0: wait until element x reached its wait count.
 __device__ __forceinline__ bool et_wait_elem(const long long* A, int task, int x) {
-    return et_wait(&ET_COUNTER[x], ET_SHIFT[x], et_target(A, x), task, x, ET_ERR, ET_ABORT,
-                   ET_WATCHDOG_NS);
+    return et_wait(A, x, ET_SHIFT[x], et_wait_count(A, x, ET_TARGET[x]), task, nullptr) ==
+           ET_WAIT_OK;
 }
 
 __device__ __forceinline__ void et_notify_elem(const long long* A, int x) {
@@ -214,15 +266,15 @@ struct EtView {
 };
 
 // Thread 0: the table waits of `v`, then its data-dependent waits and trigger. 1: run the
-// body, 2: guarded (its barrier-style notifies are made here), 0: aborting.
-__device__ int et_wait_task(const long long* A, const EtView& v) {
+// body, 2: guarded (its barrier-style notifies are made here), 0: aborting, ET_WAIT_NEST: a
+// table wait was interrupted by the dynamic task in *nest (hybrid; wait again after it).
+__device__ int et_wait_task(const long long* A, const EtView& v, int* nest) {
     for (int i = 0; i < v.num_waits; ++i) {
         const int2 w = v.waits[i];
         const int x = w.x & ET_ELEM_MASK;
-        if (!et_wait(&ET_COUNTER[x], (w.x & ET_EARLY_BIT) ? 16 : 0,
-                     w.y >= 0 ? (long long)w.y : et_runtime_count(A, x), v.task.id, x, ET_ERR,
-                     ET_ABORT, ET_WATCHDOG_NS))
-            return 0;
+        const int r = et_wait(A, x, (w.x & ET_EARLY_BIT) ? 16 : 0, et_wait_count(A, x, w.y),
+                              v.task.id, nest);
+        if (r != ET_WAIT_OK) return r;
     }
     const int ok = et_extra_waits(A, v.task);
     if (ok == 2)
@@ -231,17 +283,17 @@ __device__ int et_wait_task(const long long* A, const EtView& v) {
     return ok;
 }
 
-// Thread 0, after the CTA barrier that follows the body: the notifies of `v` (the barrier and
-// the release publish the CTA's stores); `first` holds its first notify records, read while
-// the body ran.
-__device__ void et_notify_task(const long long* A, const EtView& v, const int* first) {
+// Thread 0, after the CTA barrier that follows the body: the notifies of `v`, behind one
+// release fence (the barrier and the fence publish the CTA's stores).
+__device__ void et_notify_task(const long long* A, const EtView& v) {
+    if (v.num_notifies) et_fence_release();
     for (int i = 0; i < v.num_notifies; ++i) {
-        const int r = i < 4 ? first[i] : v.notifies[i];
+        const int r = v.notifies[i];
         const int x = r & ET_ELEM_MASK;
         if (r & ET_EARLY_BIT) {            // early push: consumers already released
-            et_red_release_add(&ET_COUNTER[x], 1ull << 16);
+            et_red_relaxed_add(&ET_COUNTER[x], 1ull << 16);
         } else if (!(r & ET_PUSH_BIT)) {   // nobody to push
-            et_red_release_add(&ET_COUNTER[x], 1ull);
+            et_red_relaxed_add(&ET_COUNTER[x], 1ull);
         } else {
             et_notify_watched(A, r);
         }
@@ -249,30 +301,67 @@ __device__ void et_notify_task(const long long* A, const EtView& v, const int* f
     et_extra_notifies(A, v.task);
 }
 
+__device__ EtView et_global_view(const long long* A, int t) {
+    EtView v;
+    v.task = et_load_task(A, t);
+    v.waits = ET_WAIT_REC + v.task.a.y;
+    v.num_waits = v.task.a.z - v.task.a.y;
+    v.notifies = ET_NOTIFY_REC + v.task.a.w;
+    v.num_notifies = v.task.b.x - v.task.a.w;
+    return v;
+}
+
 // Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
 // waits and after the body. While thread 0 notifies, the other threads prefetch the input
-// tiles of `next` (if any). `fetch_ns`: when the task was fetched (profiling). False if the
-// launch is aborting.
+// tiles of `next` (if any). `fetch_ns`: when the task was fetched (profiling). A task of the
+// device queue (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's
+// blocked wait runs popped dynamic tasks in between (`et_wait_task`), then waits again.
+// False if the launch is aborting.
+template <bool DYNAMIC>
 __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* next,
                            u64 fetch_ns) {
-    __shared__ int s_ok;
-    if (threadIdx.x == 0) {
-        s_ok = et_wait_task(A, v);
-        if (ET_PROF) { ET_PROF[4 * v.task.id] = fetch_ns; ET_PROF[4 * v.task.id + 1] = et_globaltimer(); }
+    __shared__ int s_ok, s_nest;
+    int ok = 1;  // a task without waits needs neither thread 0's verdict nor its barrier
+    while (v.num_waits || et_has_extra_waits(v.task.a.x)) {
+        if (threadIdx.x == 0) {
+#ifdef ET_HYBRID
+            s_ok = et_wait_task(A, v, DYNAMIC ? nullptr : &s_nest);
+#else
+            s_ok = et_wait_task(A, v, nullptr);
+#endif
+        }
+        __syncthreads();
+        ok = s_ok;
+        if (ok != ET_WAIT_NEST) break;
+        if constexpr (!DYNAMIC) {
+            const int t = s_nest;
+            __syncthreads();  // s_ok and s_nest are read before the nested task rewrites them
+            if (!et_do_task<true>(A, et_global_view(A, t), nullptr,
+                                  ET_PROF ? et_globaltimer() : 0))
+                return false;
+        }
     }
-    __syncthreads();
-    const int ok = s_ok;
+    if (threadIdx.x == 0 && ET_PROF) {
+        ET_PROF[4 * v.task.id] = fetch_ns;
+        ET_PROF[4 * v.task.id + 1] = et_globaltimer();
+    }
     if (ok == 0) return false;
-    int first[4];
-    if (threadIdx.x == 0)  // loads that overlap the body
-        for (int k = 0; k < 4 && k < v.num_notifies; ++k) first[k] = v.notifies[k];
     if (ok == 1) et_run_task(A, v.task);
     __syncthreads();
     if (threadIdx.x != 0) {
         if (next) et_prefetch(A, *next);
-    } else if (ok == 1) {
-        et_notify_task(A, v, first);
-        if (ET_PROF) { ET_PROF[4 * v.task.id + 2] = et_globaltimer(); ET_PROF[4 * v.task.id + 3] = blockIdx.x; }
+    } else {
+        if (ok == 1) {
+            et_notify_task(A, v);
+            if (ET_PROF) { ET_PROF[4 * v.task.id + 2] = et_globaltimer(); ET_PROF[4 * v.task.id + 3] = blockIdx.x; }
+        }
+        if (DYNAMIC) {
+            et_retire(A, v.task);
+        } else {
+#ifdef ET_ARMED_COUNTS
+            if (ok == 1) et_arm_written(A, v.task);
+#endif
+        }
     }
     return true;
 }
@@ -284,7 +373,7 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
 #define ET_CHUNK_WAITS 256
 #define ET_CHUNK_NOTIFIES 256
 
-__device__ void et_static_loop(const long long* A) {
+__device__ bool et_static_loop(const long long* A) {
     __shared__ int s_id[ET_CHUNK];
     __shared__ int4 s_rec[2 * ET_CHUNK];
     __shared__ int2 s_wait[ET_CHUNK_WAITS];
@@ -321,33 +410,45 @@ __device__ void et_static_loop(const long long* A) {
             v.num_notifies = v.task.b.x - v.task.a.w;
             EtTask next;
             if (k + 1 < n) { next.id = s_id[k + 1]; next.a = s_rec[2 * k + 2]; next.b = s_rec[2 * k + 3]; }
-            if (!et_do_task(A, v, k + 1 < n ? &next : nullptr, fetch_ns)) return;
+            if (!et_do_task<false>(A, v, k + 1 < n ? &next : nullptr, fetch_ns)) return false;
         }
     }
+    return true;
 }
 
-// Dynamic queue walker (protocol in dynamic.cuh): the ready tasks are pushed at launch, then
-// every CTA pops, runs and retires tasks until none is left.
-__device__ void et_dynamic_loop(const long long* A) {
-    __shared__ int s_task;
+// Dynamic and hybrid modes, at launch: the ready dynamic tasks are pushed (spread over the
+// CTAs), CTA 0 arms the runtime counts read from input tensors.
+__device__ void et_dynamic_start(const long long* A) {
     if (threadIdx.x == 0) {
         for (int i = blockIdx.x; i < ET_N_READY; i += gridDim.x) et_push(A, ET_READY[i]);
         if (blockIdx.x == 0) et_arm_inputs(A);
     }
+}
+
+// Dynamic queue walker (protocol in dynamic.cuh): pop, run and retire tasks until none is
+// left.
+__device__ void et_dynamic_loop(const long long* A) {
+    __shared__ int s_task;
     while (true) {
         if (threadIdx.x == 0) s_task = et_pop(A);
         __syncthreads();
-        int t = s_task;
+        const int t = s_task;
         if (t < 0) return;
-        EtView v;
-        v.task = et_load_task(A, t);
-        v.waits = ET_WAIT_REC + v.task.a.y;
-        v.num_waits = v.task.a.z - v.task.a.y;
-        v.notifies = ET_NOTIFY_REC + v.task.a.w;
-        v.num_notifies = v.task.b.x - v.task.a.w;
-        if (!et_do_task(A, v, nullptr, ET_PROF ? et_globaltimer() : 0)) return;
-        if (threadIdx.x == 0) et_retire(A, v.task);
+        if (!et_do_task<true>(A, et_global_view(A, t), nullptr, ET_PROF ? et_globaltimer() : 0))
+            return;
     }
+}
+
+// The kernel body of each mode.
+__device__ void et_run_static(const long long* A) { et_static_loop(A); }
+__device__ void et_run_dynamic(const long long* A) {
+    et_dynamic_start(A);
+    et_dynamic_loop(A);
+}
+// Hybrid: the static queue (blocked waits serve the device queue), then the device queue.
+__device__ void et_run_hybrid(const long long* A) {
+    et_dynamic_start(A);
+    if (et_static_loop(A)) et_dynamic_loop(A);
 }
 
 // The last CTA to finish re-initialises counters, dependency counts, the queue and the
@@ -363,8 +464,11 @@ __device__ void et_finish(const long long* A) {
     if (!s_last || *(volatile int*)ET_ABORT) return;
     __threadfence();
     for (int x = threadIdx.x; x < ET_NUM_ELEMENTS; x += blockDim.x) ET_COUNTER[x] = 0;
-    for (int t = threadIdx.x; t < ET_NUM_TASKS; t += blockDim.x) ET_PENDING[t] = ET_PENDING0[t];
-    for (unsigned k = threadIdx.x; k < ET_N_DYNAMIC; k += blockDim.x) ET_QUEUE[k] = -1;
+    if (ET_N_DYNAMIC) {  // dependency counts and queue slots: used by dynamic tasks only
+#pragma unroll 8
+        for (int t = threadIdx.x; t < ET_NUM_TASKS; t += blockDim.x) ET_PENDING[t] = ET_PENDING0[t];
+        for (unsigned k = threadIdx.x; k < ET_N_DYNAMIC; k += blockDim.x) ET_QUEUE[k] = -1;
+    }
     for (int j = threadIdx.x; j <= ET_N_TRIGGERS; j += blockDim.x) ET_DYN_STATE[j] = 0;
     __syncthreads();
     if (threadIdx.x == 0) { *ET_HEAD = 0; *ET_TAIL = 0; *ET_DONE_CTAS = 0; __threadfence(); }

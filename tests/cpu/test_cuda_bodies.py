@@ -1,0 +1,252 @@
+"""The generic tile bodies of bodies.cuh (row_sum, sum_partials, gemm_partial) against numpy,
+compiled for the host: each CUDA thread of a 256-thread CTA is a host thread, __syncthreads a
+barrier of all of them and __shfl_xor_sync an exchange among the 32 lanes of a warp, so a
+thread that skips a barrier or a shuffle hangs the run (a timeout fails the test). The cases
+take every fast path (lane groups, blocks of 4 cells, x staged in the scratch, broadcasts, bf16
+tiles, edge tiles) and the per-element loop (index vectors, rank-3 outputs, long k)."""
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from eventtensor.backends.cuda.compiler import INCLUDE
+from eventtensor.dtypes import round_to_dtype
+
+CXX = shutil.which("g++") or shutil.which("c++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
+
+# bodies.cuh with its inline PTX statements (bf16 rounding, prefetch) replaced by host code
+PATCHES = {
+    r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':
+        "r.bits = et_host_bf16(v);",
+    r'asm volatile\("prefetch\.global\.\w+ \[%0\];" :: "l"\(t\.p \+ off\)\);': "(void)off;",
+}
+
+SHIM = r"""
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+#define __device__
+#define __forceinline__ inline
+#define __noinline__
+#define __shared__ static
+using std::min;
+struct alignas(16) float4 { float x, y, z, w; };
+struct EtDim3 { unsigned x, y, z; };
+static thread_local EtDim3 threadIdx;
+static const EtDim3 blockDim = {256, 1, 1};
+static std::barrier<>* et_cta;
+struct EtWarp { std::barrier<> bar{32}; float v[32]; };
+static EtWarp* et_warps;
+inline void __syncthreads() { et_cta->arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned mask, float v, int o) {
+    if (mask != 0xffffffffu) std::abort();
+    EtWarp& w = et_warps[threadIdx.x / 32];
+    w.v[threadIdx.x % 32] = v;
+    w.bar.arrive_and_wait();
+    const float r = w.v[(threadIdx.x % 32) ^ o];
+    w.bar.arrive_and_wait();
+    return r;
+}
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned short et_host_bf16(float v) {
+    unsigned u; std::memcpy(&u, &v, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+#include "eventtensor/bodies.cuh"
+template <typename F> void et_run_cta(F body) {
+    std::barrier<> cta(256);
+    std::unique_ptr<EtWarp[]> warps(new EtWarp[8]);
+    et_cta = &cta;
+    et_warps = warps.get();
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < 256; ++t)
+        threads.emplace_back([&body, t] { threadIdx = {t, 0, 0}; body(); });
+    for (auto& th : threads) th.join();
+}
+inline float et_val(float v) { return v; }
+inline float et_val(et_bf16 v) { return et_to_float(v); }
+template <typename T> void et_print(int id, const T* p, int n) {
+    std::printf("case %d", id);
+    for (int i = 0; i < n; ++i) std::printf(" %.9g", et_val(p[i]));
+    std::printf("\n");
+}
+"""
+
+SENTINEL = 1000.0  # out tensor elements outside the tile keep it
+
+
+@dataclass
+class Op:
+    """A tile: tensor of `shape` (filled by the case), region from `lo` of extents `n`; a
+    dimension in `idx` selects the positions idx[d] (lo[d] must then be 0)."""
+    shape: tuple
+    lo: tuple
+    n: tuple
+    dtype: str = "float32"
+    idx: dict = field(default_factory=dict)
+
+    def positions(self):
+        return [np.asarray(self.idx[d]) if d in self.idx else np.arange(lo, lo + n)
+                for d, (lo, n) in enumerate(zip(self.lo, self.n))]
+
+
+def case(kind, *ops, integers=True):
+    return kind, ops, integers
+
+
+F, B = "float32", "bfloat16"
+CASES = [
+    # row_sum: splitk partial and final sums, lane groups over a row
+    case("row_sum", Op((64, 128), (32, 32), (32, 32)), Op((64, 4), (32, 1), (32, 1))),
+    case("row_sum", Op((64, 4), (0, 0), (32, 4)), Op((64, 1), (0, 0), (32, 1))),
+    case("row_sum", Op((8, 40), (3, 5), (5, 33)), Op((8, 40), (3, 2), (5, 3))),  # over columns
+    case("row_sum", Op((2, 800), (1, 16), (1, 768)), Op((2, 600), (1, 44), (1, 512))),
+    case("row_sum", Op((16, 8), (2, 0), (8, 3)), Op((16, 8), (2, 1), (8, 1), B)),
+    case("row_sum", Op((16, 8), (2, 0), (8, 7), B), Op((16, 8), (2, 1), (8, 1))),
+    case("row_sum", Op((16, 8), (2, 0), (8, 7), B), Op((16, 8), (2, 1), (8, 1), B),
+         integers=False),
+    case("row_sum", Op((9,), (1,), (7,)), Op((3, 5), (0, 1), (3, 4))),  # rank 1: one sum
+    case("row_sum", Op((300, 6), (0, 0), (300, 6)), Op((300, 2), (0, 1), (300, 1))),
+    case("row_sum", Op((40, 50), (0, 0), (40, 50)), Op((40, 1), (0, 0), (40, 1)),
+         integers=False),
+    case("row_sum", Op((6, 5), (2, 0), (3, 0)), Op((6, 1), (2, 0), (3, 1))),  # k = 0
+    # sum_partials: split-K reductions, bf16 out, blocks of 4 cells, rows as the partial axis
+    case("sum_partials", Op((4, 8, 48), (0, 4, 16), (4, 4, 16)), Op((8, 48), (4, 16), (4, 16))),
+    case("sum_partials", Op((2, 7, 32), (0, 4, 16), (2, 3, 16)), Op((7, 32), (4, 16), (3, 16))),
+    case("sum_partials", Op((4, 32, 256), (0, 16, 64), (4, 16, 64)),
+         Op((32, 256), (16, 64), (16, 64), B)),
+    case("sum_partials", Op((4, 32, 256), (0, 16, 64), (4, 16, 64)),
+         Op((32, 256), (16, 64), (16, 64), B), integers=False),
+    case("sum_partials", Op((2, 32, 1), (0, 0, 0), (2, 32, 1), B), Op((32, 1), (0, 0), (32, 1))),
+    case("sum_partials", Op((48, 8), (24, 2), (24, 3)), Op((48, 8), (24, 4), (24, 3))),
+    case("sum_partials", Op((48, 8), (8, 2), (16, 1)), Op((48, 8), (8, 4), (16, 4))),
+    case("sum_partials", Op((3, 20, 15), (0, 0, 0), (3, 20, 15)), Op((20, 15), (0, 0), (20, 15))),
+    case("sum_partials", Op((5, 12, 20), (0, 0, 0), (5, 12, 20)), Op((1, 12, 20), (0, 0, 0),
+                                                                    (1, 12, 20))),
+    case("sum_partials", Op((37, 3), (0, 0), (37, 3)), Op((3,), (0,), (3,)), integers=False),
+    # gemm_partial: lane group per output, x staged in the scratch, edge tiles, bf16
+    case("gemm_partial", Op((9, 64), (4, 16), (4, 16)), Op((64, 48), (16, 16), (16, 16)),
+         Op((4, 9, 48), (1, 4, 16), (1, 4, 16))),
+    case("gemm_partial", Op((9, 48), (8, 24), (1, 24)), Op((48, 32), (24, 16), (24, 16)),
+         Op((2, 9, 32), (1, 8, 16), (1, 1, 16))),
+    case("gemm_partial", Op((40, 256), (16, 64), (16, 64), B), Op((256, 256), (64, 128),
+                                                                  (64, 64), B),
+         Op((4, 40, 256), (2, 16, 128), (1, 16, 64))),
+    case("gemm_partial", Op((40, 256), (32, 64), (8, 64), B), Op((256, 256), (64, 128),
+                                                                 (64, 64), B),
+         Op((4, 40, 256), (2, 32, 128), (1, 8, 64)), integers=False),
+    case("gemm_partial", Op((8, 30), (1, 3), (5, 20)), Op((30, 40), (3, 7), (20, 24)),
+         Op((8, 40), (1, 7), (5, 24))),
+    case("gemm_partial", Op((3, 20), (0, 0), (3, 16)), Op((16, 64), (0, 0), (16, 64)),
+         Op((1, 3, 64), (0, 0, 0), (1, 3, 64))),
+    case("gemm_partial", Op((16, 64), (0, 0), (16, 64)), Op((64, 200), (0, 0), (64, 200)),
+         Op((1, 16, 200), (0, 0, 0), (1, 16, 200)), integers=False),
+    case("gemm_partial", Op((2, 300), (0, 0), (2, 300)), Op((300, 8), (0, 0), (300, 8)),
+         Op((1, 2, 8), (0, 0, 0), (1, 2, 8))),
+    # the per-element loop: index vectors, a rank-3 out with a leading extent > 1
+    case("row_sum", Op((10, 6), (0, 1), (4, 5), idx={0: [7, 2, 2, 9]}), Op((4, 1), (0, 0), (4, 1))),
+    case("row_sum", Op((2, 4, 8), (0, 0, 0), (2, 4, 8)), Op((2, 4, 1), (0, 0, 0), (2, 4, 1))),
+    case("sum_partials", Op((3, 6, 5), (0, 0, 0), (3, 6, 3), idx={2: [4, 0, 1]}),
+         Op((6, 3), (0, 0), (6, 3))),
+    case("gemm_partial", Op((5, 6), (0, 0), (3, 6), idx={0: [4, 1, 0]}),
+         Op((6, 4), (0, 0), (6, 4)), Op((1, 3, 4), (0, 0, 0), (1, 3, 4))),
+]
+
+
+def reference(kind, vals, ops):
+    out = ops[-1]
+    if kind == "row_sum":
+        res = vals[0].sum(axis=-1, keepdims=True)
+    elif kind == "sum_partials":
+        res = vals[0].sum(axis=0)
+    else:
+        res = (vals[0] @ vals[1])[None]
+    res = np.broadcast_to(res.reshape(res.shape[-len(out.n):] if res.ndim > len(out.n)
+                                      else res.shape), out.n)
+    return round_to_dtype(out.dtype, res)
+
+
+def c_array(name, dtype, values):
+    if dtype == B:
+        bits = (np.asarray(values, np.float32).view(np.uint32) >> 16).tolist()
+        return f"static et_bf16 {name}[] = {{{', '.join(f'{{{b}}}' for b in bits)}, {{0}}}};"
+    return f"static float {name}[] = {{{', '.join(repr(float(v)) for v in values)}, 0}};"
+
+
+def c_case(i, kind, ops, rng, integers):
+    lines, tiles, tensors = [f"{{  // case {i}: {kind}"], [], []
+    for t, op in enumerate(ops):
+        out = t == len(ops) - 1
+        if out:
+            data = np.full(op.shape, SENTINEL, np.float32)
+        elif integers:
+            data = rng.integers(-8, 9, op.shape).astype(np.float32)
+        else:
+            data = round_to_dtype(op.dtype, rng.standard_normal(op.shape).astype(np.float32))
+        tensors.append(data)
+        ctype = "et_bf16" if op.dtype == B else "float"
+        r = len(op.shape)
+        lines.append("    " + c_array(f"T{t}", op.dtype, data.reshape(-1)))
+        for d, pos in op.idx.items():
+            lines.append(f"    static const int I{t}_{d}[] = {{{', '.join(map(str, pos))}}};")
+        idx = ", ".join(f"I{t}_{d}" if d in op.idx else "nullptr" for d in range(r))
+        lines += [f"    const long long s{t}[] = {{{', '.join(map(str, op.shape))}}};",
+                  f"    const long long l{t}[] = {{{', '.join(map(str, op.lo))}}};",
+                  f"    const long long n{t}[] = {{{', '.join(map(str, op.n))}}};",
+                  f"    const int* const i{t}[] = {{{idx}}};",
+                  f"    const EtTileT<{ctype}> t{t} = et_tile(T{t}, {r}, s{t}, l{t}, n{t}, i{t});"]
+        tiles.append(f"t{t}")
+    lines += [f"    et_run_cta([&] {{ et_body_{kind}({', '.join(tiles)}); }});",
+              f"    et_print({i}, T{len(ops) - 1}, {tensors[-1].size});", "}"]
+    vals = [tensor[np.ix_(*op.positions())].astype(np.float64) for tensor, op in
+            zip(tensors[:-1], ops[:-1])]
+    expect = tensors[-1].copy()
+    expect[np.ix_(*ops[-1].positions())] = reference(kind, vals, ops)
+    return "\n".join(lines), expect
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bodies")
+    src = (INCLUDE / "eventtensor" / "bodies.cuh").read_text()
+    for pattern, host in PATCHES.items():
+        src, count = re.subn(pattern, host, src)
+        assert count == 1, f"bodies.cuh: {pattern!r} matched {count} times"
+    (tmp / "eventtensor").mkdir()
+    (tmp / "eventtensor" / "bodies.cuh").write_text(src)
+    rng = np.random.default_rng(7)
+    blocks, expects = zip(*(c_case(i, k, ops, rng, ints) for i, (k, ops, ints) in
+                            enumerate(CASES)))
+    (tmp / "main.cpp").write_text(SHIM + "int main() {\n" + "\n".join(blocks) + "\n}\n")
+    subprocess.run([CXX, "-std=c++20", "-O1", "-pthread", f"-I{tmp}", str(tmp / "main.cpp"),
+                    "-o", str(tmp / "main")], check=True, capture_output=True, timeout=300)
+    run = subprocess.run([str(tmp / "main")], capture_output=True, text=True, timeout=300,
+                         check=True)
+    got = {}
+    for line in run.stdout.splitlines():
+        words = line.split()
+        got[int(words[1])] = np.array(words[2:], np.float32)
+    return got, expects
+
+
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_body_matches_numpy(results, i):
+    got, expects = results
+    kind, ops, integers = CASES[i]
+    want = expects[i].reshape(-1)
+    if integers:  # integer-valued inputs: every fp32 partial sum is exact
+        np.testing.assert_array_equal(got[i], want)
+    else:  # any summation order, fp32 accumulation, then rounding to the out dtype
+        rtol = 2e-2 if ops[-1].dtype == B else 1e-5
+        np.testing.assert_allclose(got[i], want, rtol=rtol, atol=rtol)
