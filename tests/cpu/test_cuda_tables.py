@@ -36,7 +36,12 @@ def test_static_streams_follow_the_queues(name, env, bucket, mode):
     assert len(s["stream_task"]) == len(t.queue_task) - guarded
     for sm in range(sms):
         queue = [x for x in t.queue_task[t.queue_ptr[sm]:t.queue_ptr[sm + 1]] if x >= 0]
-        lo, hi = s["stream_ptr"][sm], s["stream_ptr"][sm + 1]
+        lo, hi, w_lo, w_hi, n_lo, n_hi = s["stream_bounds"][sm]
+        if hi > lo:  # the SM's waits and notifies: from its first task's to its last task's
+            first, last = s["stream_rec"][lo], s["stream_rec"][hi - 1]
+            assert (w_lo, w_hi, n_lo, n_hi) == (first[1], last[2], first[3], last[4])
+        else:
+            assert w_lo == w_hi and n_lo == n_hi
         assert list(s["stream_task"][lo:hi]) == queue
         for pos, task in zip(range(lo, hi), queue):
             r = s["stream_rec"][pos]

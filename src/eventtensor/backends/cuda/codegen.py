@@ -181,8 +181,7 @@ def generate(p: Program, mode: str) -> str:
     out += ["", f'extern "C" __global__ void __launch_bounds__(256, 1) {kernel_name(p, mode)}'
             "(const long long* __restrict__ args) {",
             "    __shared__ long long A[ET_SLOTS];",
-            "    for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x) A[i] = args[i];",
-            "    __syncthreads();",
+            "    et_load_args(A, args);",
             f"    et_run_{'static' if mode == 'unfused' else mode}(A);",
             "    et_finish(A);", "}", ""]
     return "\n".join(out)

@@ -61,6 +61,7 @@ class _State:
     args: object = None     # torch int64 tensor of launch-argument slots
     key: tuple = ()
     n_dynamic: int = 0
+    sm_args: list = field(default_factory=list)  # per SM: stream bounds (ET_SM_ARGS)
     owned: dict = field(default_factory=dict)  # outputs and temps this runtime allocated
 
 
@@ -137,7 +138,8 @@ def _static_streams(t: Tables, rec: np.ndarray, waits: np.ndarray,
                     notifies: np.ndarray) -> dict[str, np.ndarray]:
     """The static queues in stream order (see ET_STREAM_REC in runtime.cuh): guarded slots
     dropped; per position the task id and its record, whose wait and notify ranges index
-    stream-ordered copies of the wait and notify records."""
+    stream-ordered copies of the wait and notify records; per SM its ranges of positions,
+    waits and notifies (`stream_bounds`, passed with the launch arguments)."""
     sms = len(t.queue_ptr) - 1
     sm_of = np.repeat(np.arange(sms), np.diff(t.queue_ptr))
     keep = t.queue_task >= 0
@@ -153,8 +155,12 @@ def _static_streams(t: Tables, rec: np.ndarray, waits: np.ndarray,
     srec[:, 3] = np.cumsum(nn) - nn
     srec[:, 4] = srec[:, 3] + nn
     pad = (lambda a, shape: a if len(a) else np.zeros(shape, np.int64))  # noqa: E731
-    return {"stream_ptr": qptr, "stream_task": pad(ids, 1), "stream_rec": pad(srec, (1, 8)),
-            "stream_wait": pad(waits[sw], (1, 2)), "stream_notify": pad(notifies[sn], 1)}
+    wpos, npos = np.concatenate([[0], np.cumsum(nw)]), np.concatenate([[0], np.cumsum(nn)])
+    bounds = np.stack([qptr[:-1], qptr[1:], wpos[qptr[:-1]], wpos[qptr[1:]], npos[qptr[:-1]],
+                       npos[qptr[1:]]], axis=1)
+    return {"stream_task": pad(ids, 1), "stream_rec": pad(srec, (1, 8)),
+            "stream_wait": pad(waits[sw], (1, 2)), "stream_notify": pad(notifies[sn], 1),
+            "stream_bounds": bounds}
 
 
 class Megakernel:
@@ -223,7 +229,9 @@ class Megakernel:
         n_dyn = int((t.grid_mode[b.task_grid] == 1).sum()) if b.num_tasks else 0
         rec = _task_records(t)
         waits, notifies = _wait_records(t), _notify_records(t)
-        arrays = {name: i32(a) for name, a in _static_streams(t, rec, waits, notifies).items()}
+        streams = _static_streams(t, rec, waits, notifies)
+        bounds = streams.pop("stream_bounds")
+        arrays = {name: i32(a) for name, a in streams.items()}
         arrays |= {
             "task_rec": i32(rec if b.num_tasks else np.zeros((1, 8))),
             "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(waits),
@@ -242,7 +250,7 @@ class Megakernel:
             # dynamic mode: retired tasks, then per trigger edge (program order) its state
             "dyn_state": torch.zeros(1 + self._num_triggers(), dtype=torch.int64, device=dev),
         }
-        st = _State(t, arrays, n_dynamic=n_dyn)
+        st = _State(t, arrays, n_dynamic=n_dyn, sm_args=[int(v) for v in bounds.ravel()])
         if tables is None:
             self._states[key] = st
         return st
@@ -288,7 +296,7 @@ class Megakernel:
         a = st.arrays
         htd = a["head_tail_done"]
         slots = [0] * (SYM_BASE + len(self.program.symbols) + len(self.program.tensors))
-        for i, name in enumerate(["stream_ptr", "stream_task", "task_rec", None,
+        for i, name in enumerate([None, "stream_task", "task_rec", None,
                                   "wait_ptr", "wait_elem", "notify_ptr", "notify_elem",
                                   "target", "counter", "shift", "ready"]):
             slots[i] = a[name].data_ptr() if name else 0
@@ -312,7 +320,7 @@ class Megakernel:
             slots[SYM_BASE + i] = b.env[s.name]
         for i, tdecl in enumerate(self.program.tensors):
             slots[SYM_BASE + len(self.program.symbols) + i] = tens[tdecl.name].data_ptr()
-        slots += [0] * (MAX_SLOTS - len(slots))
+        slots += [0] * (MAX_SLOTS - len(slots)) + st.sm_args
         if st.key != tuple(slots):  # upload only when a pointer or value changed
             st.args = torch.tensor(slots, dtype=torch.int64, device="cuda")
             st.key = tuple(slots)

@@ -93,7 +93,6 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 // copied into shared memory at kernel start: `A` below is that shared copy.
 #define ET_SLOTS 128
 #define ET_I32(slot) ((int*)(A[slot]))
-#define ET_QUEUE_PTR ET_I32(0)
 #define ET_QUEUE_TASK ET_I32(1)
 #define ET_TASK_REC ((const int4*)(A[2]))   // per task: 2 x int4, see EtTask
 #define ET_GRID_DYNAMIC(g) ((A[3] >> (g)) & 1)  // whether grid g runs from the device queue
@@ -130,10 +129,13 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_SKIP_ELEM ET_I32(29)
 #define ET_DYN_STATE ((u64*)(A[30]))  // dynamic mode, see dynamic.cuh: retired tasks, triggers
 #define ET_N_TRIGGERS ((int)A[31])    // trigger edges (ET_DYN_STATE holds 1 + this many)
-// Static queues in stream order (guarded slots dropped): positions ET_QUEUE_PTR[sm] ..
-// ET_QUEUE_PTR[sm + 1] hold task ids (ET_QUEUE_TASK) and records (ET_STREAM_REC, wait and
+// Static queues in stream order (guarded slots dropped): positions lo .. hi of the CTA's SM
+// (ET_SM_ARGS) hold task ids (ET_QUEUE_TASK) and records (ET_STREAM_REC, wait and
 // notify ranges indexing ET_STREAM_WAIT / ET_STREAM_NOTIFY), so a chunk of an SM's tasks and
 // all their waits and notifies are contiguous and staged into shared memory at once.
+// Per SM (launch arguments after the ET_SLOTS slots, 6 per SM, copied into slots 32..37 of the
+// CTA's own SM): its stream positions [lo, hi), waits [lo, hi) and notifies [lo, hi).
+#define ET_SM_ARGS 32
 #define ET_STREAM_REC ((const int4*)(A[40]))
 #define ET_STREAM_WAIT ((const int2*)(A[41]))
 #define ET_STREAM_NOTIFY ET_I32(42)
@@ -366,9 +368,18 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
     return true;
 }
 
+// Kernel entry, all threads: the launch arguments into the shared slots A (see ET_SM_ARGS).
+__device__ __forceinline__ void et_load_args(long long* A, const long long* __restrict__ args) {
+    for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x)
+        A[i] = i >= ET_SM_ARGS && i < ET_SM_ARGS + 6
+                   ? args[ET_SLOTS + 6 * blockIdx.x + (i - ET_SM_ARGS)] : args[i];
+    __syncthreads();
+}
+
 // Static queue walker. The CTA stages its queue in chunks of ET_CHUNK tasks: task ids and
-// records, then their waits and notifies when they fit the shared buffers (else those are
-// read from global memory), so the per-task dispatch reads only shared memory.
+// records, and with them (one round of loads) the next waits and notifies of its stream, as
+// many as the shared buffers hold; a chunk whose waits or notifies go past them reads those
+// from global memory. The per-task dispatch then reads only shared memory.
 #define ET_CHUNK 32
 #define ET_CHUNK_WAITS 256
 #define ET_CHUNK_NOTIFIES 256
@@ -378,24 +389,25 @@ __device__ bool et_static_loop(const long long* A) {
     __shared__ int4 s_rec[2 * ET_CHUNK];
     __shared__ int2 s_wait[ET_CHUNK_WAITS];
     __shared__ int s_notify[ET_CHUNK_NOTIFIES];
-    const int lo = ET_QUEUE_PTR[blockIdx.x], hi = ET_QUEUE_PTR[blockIdx.x + 1];
+    const int lo = (int)A[ET_SM_ARGS], hi = (int)A[ET_SM_ARGS + 1];
+    const int w_end = (int)A[ET_SM_ARGS + 3], n_end = (int)A[ET_SM_ARGS + 5];
+    int w0 = (int)A[ET_SM_ARGS + 2], n0 = (int)A[ET_SM_ARGS + 4];
     for (int p0 = lo; p0 < hi; p0 += ET_CHUNK) {
         const int n = min(ET_CHUNK, hi - p0);
+        const int w_have = min(ET_CHUNK_WAITS, w_end - w0);
+        const int n_have = min(ET_CHUNK_NOTIFIES, n_end - n0);
         __syncthreads();  // the previous chunk is no longer read
         for (int k = threadIdx.x; k < 2 * n; k += blockDim.x) {
             s_rec[k] = ET_STREAM_REC[2 * p0 + k];
             if (k < n) s_id[k] = ET_QUEUE_TASK[p0 + k];
         }
+        for (int k = threadIdx.x; k < w_have; k += blockDim.x)
+            s_wait[k] = ET_STREAM_WAIT[w0 + k];
+        for (int k = threadIdx.x; k < n_have; k += blockDim.x)
+            s_notify[k] = ET_STREAM_NOTIFY[n0 + k];
         __syncthreads();
-        const int w0 = s_rec[0].y, nw = s_rec[2 * n - 2].z - w0;
-        const int n0 = s_rec[0].w, nn = s_rec[2 * n - 1].x - n0;
-        const bool wait_staged = nw <= ET_CHUNK_WAITS, notify_staged = nn <= ET_CHUNK_NOTIFIES;
-        if (wait_staged)
-            for (int k = threadIdx.x; k < nw; k += blockDim.x) s_wait[k] = ET_STREAM_WAIT[w0 + k];
-        if (notify_staged)
-            for (int k = threadIdx.x; k < nn; k += blockDim.x)
-                s_notify[k] = ET_STREAM_NOTIFY[n0 + k];
-        __syncthreads();
+        const int nw = s_rec[2 * n - 2].z - w0, nn = s_rec[2 * n - 1].x - n0;
+        const bool wait_staged = nw <= w_have, notify_staged = nn <= n_have;
         const int2* waits = wait_staged ? s_wait : ET_STREAM_WAIT + w0;
         const int* notifies = notify_staged ? s_notify : ET_STREAM_NOTIFY + n0;
         for (int k = 0; k < n; ++k) {
@@ -412,6 +424,8 @@ __device__ bool et_static_loop(const long long* A) {
             if (k + 1 < n) { next.id = s_id[k + 1]; next.a = s_rec[2 * k + 2]; next.b = s_rec[2 * k + 3]; }
             if (!et_do_task<false>(A, v, k + 1 < n ? &next : nullptr, fetch_ns)) return false;
         }
+        w0 += nw;
+        n0 += nn;
     }
     return true;
 }
