@@ -42,7 +42,7 @@ def test_example_kernels_compile_for_sm90a(name, mode):
         assert "// trigger expert_ready -> k->exp_indptr[k]:exp_indptr[k + 1]" in src
         assert "// expert_ready: k->expert_counts[k]" in src
     if mode == "hybrid":  # the device queue's counter protocol, static queue nesting pops
-        assert "#define ET_ARMED_COUNTS 1" in src and "et_run_hybrid(A);" in src
+        assert "#define ET_ARMED_COUNTS 1" in src and ", et_run_hybrid, 1)" in src
         if name == "toy_moe":  # the trigger range releases the grid only while it is dynamic
             assert "if (ET_GRID_DYNAMIC(3) && " in src
     if name == "splitk_gemv_bf16":  # bf16 x and W tiles, fp32 partials, bf16 y
@@ -52,6 +52,13 @@ def test_example_kernels_compile_for_sm90a(name, mode):
     assert c.cubin[:4] == b"\x7fELF" and not c.cached
     again = compile_source(src, kernel_name(p, mode))
     assert again.cached and again.cubin == c.cubin
+
+
+def test_kernel_for_two_ctas_per_sm_is_named_and_compiles():
+    p = program_for("symbolic_batch", "static")
+    src = generate(p, "static", ctas_per_sm=2)
+    assert "ET_KERNEL(et_symbolic_batch_static_x2, et_run_static, 2)" in src
+    assert compile_source(src, kernel_name(p, "static", 2)).cubin[:4] == b"\x7fELF"
 
 
 def mixed_dtype_program(a: str, partial: str, out: str):

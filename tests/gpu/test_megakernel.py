@@ -63,6 +63,21 @@ def test_examples_match_reference_and_interpreter(name, bindings, mode):
             np.testing.assert_allclose(got[k], cpu[k], rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("mode", ["static", "dynamic", "hybrid"])
+def test_two_ctas_per_sm(mode):
+    """Two persistent CTAs per SM (each its own static queue, sharing the device queue)."""
+    from eventtensor.backends.cuda.runtime import to_host
+    for name, env in (("splitk_rowsum", {"n": 37}), ("symbolic_batch", {"B": 7}),
+                      ("toy_moe", {"T": 13})):
+        ex = EXAMPLES[name]
+        mk = megakernel(ex.build(), mode, ctas_per_sm=2)
+        assert mk.num_ctas == 2 * mk.num_sms
+        inputs = ex.make_inputs(env, 5)
+        for _ in range(2):
+            out = mk.run(env, mk.to_device(inputs))
+        ex.check({k: to_host(out[k]) for k in ex.outputs}, inputs, env)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_bf16_store_rounds_to_nearest_even(mode):
     """y is the fp32 sum of the partials (in split order) rounded like `round_to_dtype`;
@@ -157,7 +172,7 @@ def test_trigger_ranges_and_input_wait_counts_on_gpu(mode):
         np.testing.assert_array_equal(out["o"][covered], cpu["o"][covered])
         for k in ("t", "u"):
             np.testing.assert_array_equal(out[k], cpu[k])
-        _assert_reinitialised(st)
+        _assert_reinitialised(mk, st)
 
 
 def test_dynamic_watchdog_reports_a_task_never_pushed():
@@ -169,17 +184,31 @@ def test_dynamic_watchdog_reports_a_task_never_pushed():
         mk.sync(mk.launch({}, mk.to_device(make_inputs(cnt=(4, 0, 3)))))
     st = mk.launch({}, mk.to_device(make_inputs()))  # the kernel still works afterwards
     mk.sync(st)
-    _assert_reinitialised(st)
+    _assert_reinitialised(mk, st)
 
 
-def _assert_reinitialised(st):
-    """Device state as the last CTA leaves it for the next launch (no host memset)."""
-    a = st.arrays
-    assert not a["counter"].any().item()
-    assert not a["head_tail_done"].any().item()
-    assert not a["dyn_state"].any().item()
-    assert (a["queue"] == -1).all().item()
-    assert (a["pending"] == a["pending0"]).all().item()
+def _assert_reinitialised(mk, st):
+    """The copy of the launch-parity state the next launch uses is back to its initial state
+    (re-initialised on the device by the launch before, no host memset)."""
+    a, nxt = st.arrays, mk.next_parity(st)
+    assert not a["counter"][nxt].any().item()
+    assert not a["released"][nxt].any().item()
+    assert not a["head_tail"][nxt].any().item()
+    assert not a["dyn_state"][nxt].any().item()
+    assert (a["queue"][nxt] == -1).all().item()
+
+
+def _assert_final_counters(mk, st, inputs):
+    """Every event counter of the last launch ends where the interpreter's does on the same
+    tables (armed runtime counts: their notifies, with the armed bit set)."""
+    b = st.tables.bound
+    got = st.arrays["counter"][1 - mk.next_parity(st)].cpu().numpy()[:b.num_elements]
+    want = cpu_run(st.tables, inputs, seed=3).final_counters
+    runtime = st.tables.target < 0
+    if mk.mode in ("dynamic", "hybrid"):
+        assert ((got[runtime] >> 62) & 1).all()
+        got = np.where(runtime, got & 0xFFFFFFFF, got)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("name, env, mode", [("splitk_rowsum", {"n": 3}, "static"),
@@ -199,7 +228,8 @@ def test_ten_thousand_launches_without_host_reset(name, env, mode):
             ex.check({k: st.arrays["tensors"][k].cpu().numpy() for k in ex.outputs}, inputs, env)
     mk.sync(st)
     ex.check({k: st.arrays["tensors"][k].cpu().numpy() for k in ex.outputs}, inputs, env)
-    _assert_reinitialised(st)  # by the last CTA of every launch
+    _assert_reinitialised(mk, st)  # by the launch before, on the device
+    _assert_final_counters(mk, st, inputs)
 
 
 def test_watchdog_turns_a_deadlock_into_an_error():

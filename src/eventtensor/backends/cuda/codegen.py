@@ -45,8 +45,8 @@ class UnsupportedOnGpu(ProgramError):
     """The program uses something the CUDA backend does not run."""
 
 
-def kernel_name(p: Program, mode: str) -> str:
-    return f"et_{p.name}_{mode}"
+def kernel_name(p: Program, mode: str, ctas_per_sm: int = 1) -> str:
+    return f"et_{p.name}_{mode}" + (f"_x{ctas_per_sm}" if ctas_per_sm > 1 else "")
 
 
 class _Gen:
@@ -152,8 +152,9 @@ class _Gen:
         return out
 
 
-def generate(p: Program, mode: str) -> str:
-    """CUDA source of the megakernel for program `p` (after the pass pipeline)."""
+def generate(p: Program, mode: str, ctas_per_sm: int = 1) -> str:
+    """CUDA source of the megakernel for program `p` (after the pass pipeline), its registers
+    bounded so that `ctas_per_sm` CTAs of 256 threads fit one SM."""
     if mode not in GPU_MODES:
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")
@@ -178,12 +179,8 @@ def generate(p: Program, mode: str) -> str:
     out += _dispatch(g)
     out += _prefetch(g) + _extra_waits(g) + _extra_notifies(g, dynamic) + _runtime_counts(g)
     out += _arm_written(g, dynamic) + _arm_inputs(g, dynamic) + _release_triggers(g, dynamic)
-    out += ["", f'extern "C" __global__ void __launch_bounds__(256, 1) {kernel_name(p, mode)}'
-            "(const long long* __restrict__ args) {",
-            "    __shared__ long long A[ET_SLOTS];",
-            "    et_load_args(A, args);",
-            f"    et_run_{'static' if mode == 'unfused' else mode}(A);",
-            "    et_finish(A);", "}", ""]
+    run = "et_run_static" if mode == "unfused" else f"et_run_{mode}"
+    out += ["", f"ET_KERNEL({kernel_name(p, mode, ctas_per_sm)}, {run}, {ctas_per_sm})", ""]
     return "\n".join(out)
 
 

@@ -66,6 +66,9 @@ class _State:
 
 
 EARLY_BIT, PUSH_BIT, ELEM_LIMIT = 1 << 30, 1 << 29, 1 << 29
+# (slot of copy 0, slot of copy 1, state array) of the launch-parity state (runtime.cuh)
+PARITY_SLOTS = ((9, 43, "counter"), (13, 44, "released"), (17, 45, "queue"),
+                (18, 46, "head_tail"), (30, 47, "dyn_state"))
 EARLY_WATCH_BIT = -(1 << 31)  # bit 31 of the int32 notify record (see dynamic.cuh)
 
 
@@ -168,9 +171,12 @@ class Megakernel:
 
     def __init__(self, program: Program, mode: str = "static", num_sms: int | None = None,
                  policy: str = "critical_path", watchdog_s: float = 1.0,
-                 early_push: bool = True, dynamic_grids: Sequence[str] | None = None):
-        """`dynamic_grids` (hybrid mode): the grids run from the device queue; by default the
-        data-dependent ones (`default_dynamic_grids`)."""
+                 early_push: bool = True, dynamic_grids: Sequence[str] | None = None,
+                 ctas_per_sm: int = 1):
+        """`num_sms`: the SMs to use (default: all); `ctas_per_sm` persistent CTAs run on each
+        (each its own static queue: more CTAs hide more memory latency, with fewer registers
+        each); `dynamic_grids` (hybrid mode): the grids run from the device queue, by default
+        the data-dependent ones (`default_dynamic_grids`)."""
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
@@ -178,14 +184,18 @@ class Megakernel:
         self.dynamic_grids = tuple(dynamic_grids if dynamic_grids is not None else
                                    default_dynamic_grids(self.program)) \
             if mode == "hybrid" else ()
-        self.source = generate(self.program, mode)
-        self.name = kernel_name(self.program, mode)
+        if ctas_per_sm < 1:
+            raise ValueError(f"ctas_per_sm must be at least 1, got {ctas_per_sm}")
+        self.ctas_per_sm = ctas_per_sm
+        self.source = generate(self.program, mode, ctas_per_sm)
+        self.name = kernel_name(self.program, mode, ctas_per_sm)
         self.compiled = compile_source(self.source, self.name)
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         self.num_sms = num_sms or props.multi_processor_count
+        self.num_ctas = self.num_sms * ctas_per_sm  # the workers the schedules deal tasks to
         self.watchdog_ns = int(watchdog_s * 1e9)
         static = [g.name for g in self.program.grids if g.name not in self.dynamic_grids]
-        self.template = StaticTemplate(self.program, self.num_sms, policy, grids=static) \
+        self.template = StaticTemplate(self.program, self.num_ctas, policy, grids=static) \
             if mode != "dynamic" else None
         self._func = None
         self._states: dict[tuple[int, ...], _State] = {}
@@ -202,9 +212,10 @@ class Megakernel:
                                 "cuModuleGetFunction")
             blocks = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 self._func, THREADS, 0), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
-            if blocks < 1:
-                raise RuntimeError(f"kernel {self.name} cannot keep one CTA of {THREADS} "
-                                   "threads resident per SM; a persistent launch could hang")
+            if blocks < self.ctas_per_sm:
+                raise RuntimeError(f"kernel {self.name} keeps {blocks} CTA(s) of {THREADS} "
+                                   f"threads resident per SM, not {self.ctas_per_sm}; a "
+                                   "persistent launch could hang")
         return self._func
 
     def _num_triggers(self) -> int:
@@ -213,7 +224,7 @@ class Megakernel:
 
     def tables(self, env: Mapping[str, int], queues=None) -> Tables:
         t = build_tables(bind(self.program, env))
-        return schedule(t, self.mode, self.num_sms, self.policy, early_push=self.early_push,
+        return schedule(t, self.mode, self.num_ctas, self.policy, early_push=self.early_push,
                         template=self.template, queues=queues,
                         dynamic_grids=self.dynamic_grids)
 
@@ -237,18 +248,21 @@ class Megakernel:
             "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(waits),
             "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(notifies),
             "target": torch.as_tensor(t.target, device=dev),
-            "counter": torch.zeros(max(b.num_elements, 1), dtype=torch.int64, device=dev),
+            # launch-parity state (two copies, see ET_NEXT_COUNTER in runtime.cuh)
+            "counter": torch.zeros(2, max(b.num_elements, 1), dtype=torch.int64, device=dev),
             "shift": i32(np.where(t.early, 16, 0)),
-            "ready": i32(t.ready), "pending": i32(t.pending), "pending0": i32(t.pending),
+            "ready": i32(t.ready), "pending0": i32(t.pending),
+            "released": torch.zeros(2, max(b.num_tasks, 1), dtype=torch.int32, device=dev),
             "push_ptr": i32(t.push_ptr), "push_task": i32(t.push_task),
-            "queue": torch.full((max(n_dyn, 1),), -1, dtype=torch.int32, device=dev),
-            "head_tail_done": torch.zeros(3, dtype=torch.int32, device=dev),
+            "queue": torch.full((2, max(n_dyn, 1)), -1, dtype=torch.int32, device=dev),
+            "head_tail": torch.zeros(2, 2, dtype=torch.int32, device=dev),
             "skip_ptr": i32(t.skip_ptr), "skip_elem": i32(t.skip_elem if t.skip_elem.size
                                                            else np.zeros(1)),
             "err": torch.zeros(8, dtype=torch.int64, device=dev),
             "abort": torch.zeros(1, dtype=torch.int32, device=dev),
             # dynamic mode: retired tasks, then per trigger edge (program order) its state
-            "dyn_state": torch.zeros(1 + self._num_triggers(), dtype=torch.int64, device=dev),
+            "dyn_state": torch.zeros(2, 1 + self._num_triggers(), dtype=torch.int64,
+                                     device=dev),
         }
         st = _State(t, arrays, n_dynamic=n_dyn, sm_args=[int(v) for v in bounds.ravel()])
         if tables is None:
@@ -294,36 +308,36 @@ class Megakernel:
             if profile else None
         st.arrays["prof"] = prof
         a = st.arrays
-        htd = a["head_tail_done"]
         slots = [0] * (SYM_BASE + len(self.program.symbols) + len(self.program.tensors))
         for i, name in enumerate([None, "stream_task", "task_rec", None,
                                   "wait_ptr", "wait_elem", "notify_ptr", "notify_elem",
-                                  "target", "counter", "shift", "ready"]):
+                                  "target", None, "shift", "ready"]):
             slots[i] = a[name].data_ptr() if name else 0
+        for i, j, name in PARITY_SLOTS:  # copy 0 and copy 1 of the launch-parity state
+            slots[i], slots[j] = a[name][0].data_ptr(), a[name][1].data_ptr()
         for i, name in zip(range(40, 43), ["stream_rec", "stream_wait", "stream_notify"]):
             slots[i] = a[name].data_ptr()
         slots[3] = int(sum(1 << gi for gi in np.flatnonzero(st.tables.grid_mode) if gi < 63))
         slots[12] = len(st.tables.ready)
-        for i, name in zip(range(13, 18), ["pending", "pending0", "push_ptr", "push_task",
-                                           "queue"]):
+        for i, name in zip(range(14, 17), ["pending0", "push_ptr", "push_task"]):
             slots[i] = a[name].data_ptr()
-        slots[18], slots[19], slots[23] = (htd.data_ptr(), htd.data_ptr() + 4,
-                                           htd.data_ptr() + 8)
         slots[20] = st.n_dynamic
         slots[21], slots[22] = a["err"].data_ptr(), a["abort"].data_ptr()
         slots[24], slots[25] = b.num_elements, self.watchdog_ns
         slots[26] = prof.data_ptr() if prof is not None else 0
         slots[27] = b.num_tasks
         slots[28], slots[29] = a["skip_ptr"].data_ptr(), a["skip_elem"].data_ptr()
-        slots[30], slots[31] = a["dyn_state"].data_ptr(), self._num_triggers()
+        slots[31] = self._num_triggers()
         for i, s in enumerate(self.program.symbols):
             slots[SYM_BASE + i] = b.env[s.name]
         for i, tdecl in enumerate(self.program.tensors):
             slots[SYM_BASE + len(self.program.symbols) + i] = tens[tdecl.name].data_ptr()
         slots += [0] * (MAX_SLOTS - len(slots)) + st.sm_args
         if st.key != tuple(slots):  # upload only when a pointer or value changed
-            st.args = torch.tensor(slots, dtype=torch.int64, device="cuda")
-            st.key = tuple(slots)
+            args = torch.tensor(slots + [0] * self.num_ctas, dtype=torch.int64, device="cuda")
+            if st.args is not None:  # the CTAs' epochs carry over (they pick the state copy)
+                args[-self.num_ctas:] = st.args[-self.num_ctas:]
+            st.args, st.key = args, tuple(slots)
         self.relaunch(st, stream)
         return st
 
@@ -334,7 +348,7 @@ class Megakernel:
 
         from cuda.bindings import driver
         s = stream if stream is not None else self.torch.cuda.current_stream()
-        _check(driver.cuLaunchKernel(self._function(), self.num_sms, 1, 1, THREADS, 1, 1, 0,
+        _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1, 0,
                                      s.cuda_stream, ((st.args.data_ptr(),), (ctypes.c_void_p,)),
                                      0), "cuLaunchKernel")
 
@@ -346,10 +360,10 @@ class Megakernel:
             return
         b = st.tables.bound
         task, elem, counter, count, sm, kind = (int(v) for v in err[1:7])
-        for name in ("err", "abort", "counter", "head_tail_done", "dyn_state"):
+        for name in ("err", "abort", "counter", "released", "head_tail", "dyn_state"):
             st.arrays[name].zero_()
-        st.arrays["pending"].copy_(st.arrays["pending0"])
         st.arrays["queue"].fill_(-1)
+        st.args[-self.num_ctas:] = 0  # every CTA back to epoch 0
         if kind == 2:
             msg = (f"watchdog: SM {sm} waited more than {self.watchdog_ns / 1e9:.3g} s for queue "
                    f"slot {elem} of program '{self.program.name}' at {b.env}")
@@ -360,6 +374,11 @@ class Megakernel:
             f"watchdog: task {rec['task']} on SM {sm} waited more than "
             f"{self.watchdog_ns / 1e9:.3g} s on {rec['event']} (counter {counter} of {count}) "
             f"in program '{self.program.name}' ({self.mode} schedule) at {b.env}", [rec])
+
+    def next_parity(self, st: _State) -> int:
+        """The copy of the launch-parity state the next launch of `st` uses (the other one
+        holds the last launch's final values)."""
+        return int(st.args[-self.num_ctas].item()) & 1
 
     def to_device(self, arrays: Mapping[str, np.ndarray]) -> dict:
         """Numpy arrays as contiguous CUDA tensors of the dtypes of the program's tensors of
@@ -390,5 +409,5 @@ class Megakernel:
             f, s, e, sm = (int(v) for v in prof[t])
             spans.append(TaskSpan(sm, b.task_name(int(t)), g.kind, g.name, (s - t0) / 1e3,
                                   (e - t0) / 1e3, (f - t0) / 1e3))
-        return Trace(title, "measured", self.num_sms, spans,
+        return Trace(title, "measured", self.num_ctas, spans,
                      {"mode": self.mode, "binding": dict(b.env), "program": p.name})

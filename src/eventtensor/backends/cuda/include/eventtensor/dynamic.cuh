@@ -89,7 +89,7 @@ __device__ void et_release_range(const long long* A, int j, long long base, long
     hi = hi > n ? n : hi;
     const long long covered = hi > lo ? hi - lo : 0;
     for (long long t = base + lo; t < base + hi; ++t)
-        if (atomicSub(&ET_PENDING[t], 1) == 1) et_push(A, (int)t);
+        if (et_release(A, (int)t)) et_push(A, (int)t);
     const u64 old = atomicAdd(ET_TRIGGER_STATE(j), (1ull << 32) + (u64)covered);
     if ((long long)(old >> 32) + 1 == n_src) {
         const long long uncovered = n - (long long)(old & ET_LOW32) - covered;

@@ -110,17 +110,16 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_SHIFT ET_I32(10)          // per element: 16 for early-push elements, else 0
 #define ET_READY ET_I32(11)
 #define ET_N_READY ((int)A[12])
-#define ET_PENDING ET_I32(13)
-#define ET_PENDING0 ET_I32(14)
+#define ET_RELEASED ET_I32(13)    // per task: dependencies released (dynamic tasks)
+#define ET_PENDING0 ET_I32(14)    // per task: dependencies to release before it is pushed
 #define ET_PUSH_PTR ET_I32(15)
 #define ET_PUSH_TASK ET_I32(16)
 #define ET_QUEUE ET_I32(17)
 #define ET_HEAD ((unsigned*)(A[18]))
-#define ET_TAIL ((unsigned*)(A[19]))
+#define ET_TAIL (ET_HEAD + 1)
 #define ET_N_DYNAMIC ((unsigned)A[20])
 #define ET_ERR ((long long*)(A[21]))
 #define ET_ABORT ET_I32(22)
-#define ET_DONE_CTAS ((unsigned*)(A[23]))
 #define ET_NUM_ELEMENTS ((int)A[24])
 #define ET_WATCHDOG_NS ((u64)A[25])
 #define ET_PROF ((u64*)(A[26]))
@@ -129,6 +128,16 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_SKIP_ELEM ET_I32(29)
 #define ET_DYN_STATE ((u64*)(A[30]))  // dynamic mode, see dynamic.cuh: retired tasks, triggers
 #define ET_N_TRIGGERS ((int)A[31])    // trigger edges (ET_DYN_STATE holds 1 + this many)
+// Launch parity: the device state a launch changes (event counters, released dependency
+// counts, queue slots, queue head and tail, dynamic-mode state) exists twice. Launch e of a
+// CTA (its epoch, kept in the launch arguments) uses copy e % 2 through the slots above and
+// re-initialises its share of the other copy, which the next launch uses: no host memset, no
+// end-of-launch barrier. The other copy's pointers sit in these slots while a launch runs:
+#define ET_NEXT_COUNTER ((u64*)(A[43]))
+#define ET_NEXT_RELEASED ET_I32(44)
+#define ET_NEXT_QUEUE ET_I32(45)
+#define ET_NEXT_HEAD ((unsigned*)(A[46]))
+#define ET_NEXT_DYN_STATE ((u64*)(A[47]))
 // Static queues in stream order (guarded slots dropped): positions lo .. hi of the CTA's SM
 // (ET_SM_ARGS) hold task ids (ET_QUEUE_TASK) and records (ET_STREAM_REC, wait and
 // notify ranges indexing ET_STREAM_WAIT / ET_STREAM_NOTIFY), so a chunk of an SM's tasks and
@@ -251,10 +260,16 @@ __device__ __forceinline__ void et_push(const long long* A, int task) {
     et_st_release_int(&ET_QUEUE[slot], task);
 }
 
+// Thread 0: one dependency of task t released; true if it was the last.
+__device__ __forceinline__ bool et_release(const long long* A, int t) {
+    const int need = ET_PENDING0[t];  // loaded while the atomic travels
+    return atomicAdd(&ET_RELEASED[t], 1) + 1 == need;
+}
+
 __device__ void et_release_consumers(const long long* A, int x) {
     for (int i = ET_PUSH_PTR[x]; i < ET_PUSH_PTR[x + 1]; ++i) {
         int c = ET_PUSH_TASK[i];
-        if (atomicSub(&ET_PENDING[c], 1) == 1) et_push(A, c);
+        if (et_release(A, c)) et_push(A, c);
     }
 }
 
@@ -368,12 +383,49 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
     return true;
 }
 
-// Kernel entry, all threads: the launch arguments into the shared slots A (see ET_SM_ARGS).
-__device__ __forceinline__ void et_load_args(long long* A, const long long* __restrict__ args) {
-    for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x)
-        A[i] = i >= ET_SM_ARGS && i < ET_SM_ARGS + 6
-                   ? args[ET_SLOTS + 6 * blockIdx.x + (i - ET_SM_ARGS)] : args[i];
+// The slot holding the other launch parity's copy of slot i (see ET_NEXT_COUNTER), or -1.
+__device__ __forceinline__ int et_parity_pair(int i) {
+    switch (i) {
+    case 9: return 43;
+    case 13: return 44;
+    case 17: return 45;
+    case 18: return 46;
+    case 30: return 47;
+    case 43: return 9;
+    case 44: return 13;
+    case 45: return 17;
+    case 46: return 18;
+    case 47: return 30;
+    default: return -1;
+    }
+}
+
+// Kernel entry, all threads: the launch arguments into the shared slots A (see ET_SM_ARGS),
+// the slots of the launch's parity copy swapped in (one round of loads). Returns the CTA's
+// epoch (the launch arguments end with one per CTA, after the per-SM stream bounds).
+__device__ __forceinline__ long long et_load_args(long long* A, const long long* args) {
+    const long long epoch = args[ET_SLOTS + 6 * gridDim.x + blockIdx.x];
+    for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x) {
+        const int pair = et_parity_pair(i);
+        const long long own = i >= ET_SM_ARGS && i < ET_SM_ARGS + 6
+                                  ? args[ET_SLOTS + 6 * blockIdx.x + (i - ET_SM_ARGS)] : args[i];
+        const long long other = pair >= 0 ? args[pair] : own;
+        A[i] = (epoch & 1) ? other : own;
+    }
     __syncthreads();
+    return epoch;
+}
+
+// All threads, at launch: this CTA's share of the other parity copy back to its initial
+// state (stores only, nothing waits on them; the next launch starts after this one ends).
+__device__ void et_reset_next(const long long* A) {
+    const int step = gridDim.x * blockDim.x, first = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int x = first; x < ET_NUM_ELEMENTS; x += step) ET_NEXT_COUNTER[x] = 0;
+    if (!ET_N_DYNAMIC) return;  // the rest serves the device queue only
+    for (int t = first; t < ET_NUM_TASKS; t += step) ET_NEXT_RELEASED[t] = 0;
+    for (int k = first; k < (int)ET_N_DYNAMIC; k += step) ET_NEXT_QUEUE[k] = -1;
+    for (int j = first; j <= ET_N_TRIGGERS; j += step) ET_NEXT_DYN_STATE[j] = 0;
+    if (first == 0) ET_NEXT_HEAD[0] = ET_NEXT_HEAD[1] = 0;
 }
 
 // Static queue walker. The CTA stages its queue in chunks of ET_CHUNK tasks: task ids and
@@ -465,25 +517,14 @@ __device__ void et_run_hybrid(const long long* A) {
     if (et_static_loop(A)) et_dynamic_loop(A);
 }
 
-// The last CTA to finish re-initialises counters, dependency counts, the queue and the
-// dynamic-mode state, so the next launch needs no host memset.
-__device__ void et_finish(const long long* A) {
-    __shared__ int s_last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_last = atomicAdd(ET_DONE_CTAS, 1u) == gridDim.x - 1;
+// The kernel of a program: arguments, the next launch's state, the mode's loops, and the
+// CTA's epoch advanced (also after an abort: the host resets all state then, see sync()).
+#define ET_KERNEL(name, run, ctas_per_sm)                                                    \
+    extern "C" __global__ void __launch_bounds__(256, ctas_per_sm)                           \
+        name(long long* __restrict__ args) {                                                  \
+        __shared__ long long A[ET_SLOTS];                                                     \
+        const long long epoch = et_load_args(A, args);                                        \
+        et_reset_next(A);                                                                     \
+        run(A);                                                                               \
+        if (threadIdx.x == 0) args[ET_SLOTS + 6 * gridDim.x + blockIdx.x] = epoch + 1;        \
     }
-    __syncthreads();
-    if (!s_last || *(volatile int*)ET_ABORT) return;
-    __threadfence();
-    for (int x = threadIdx.x; x < ET_NUM_ELEMENTS; x += blockDim.x) ET_COUNTER[x] = 0;
-    if (ET_N_DYNAMIC) {  // dependency counts and queue slots: used by dynamic tasks only
-#pragma unroll 8
-        for (int t = threadIdx.x; t < ET_NUM_TASKS; t += blockDim.x) ET_PENDING[t] = ET_PENDING0[t];
-        for (unsigned k = threadIdx.x; k < ET_N_DYNAMIC; k += blockDim.x) ET_QUEUE[k] = -1;
-    }
-    for (int j = threadIdx.x; j <= ET_N_TRIGGERS; j += blockDim.x) ET_DYN_STATE[j] = 0;
-    __syncthreads();
-    if (threadIdx.x == 0) { *ET_HEAD = 0; *ET_TAIL = 0; *ET_DONE_CTAS = 0; __threadfence(); }
-}
