@@ -63,15 +63,16 @@ def test_examples_match_reference_and_interpreter(name, bindings, mode):
             np.testing.assert_allclose(got[k], cpu[k], rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("mode", ["static", "dynamic", "hybrid"])
-def test_two_ctas_per_sm(mode):
-    """Two persistent CTAs per SM (each its own static queue, sharing the device queue)."""
+@pytest.mark.parametrize("mode, ctas", [("static", 2), ("dynamic", 2), ("hybrid", 2),
+                                        ("static", 4)])
+def test_several_ctas_per_sm(mode, ctas):
+    """Several persistent CTAs per SM (each its own static queue, sharing the device queue)."""
     from eventtensor.backends.cuda.runtime import to_host
     for name, env in (("splitk_rowsum", {"n": 37}), ("symbolic_batch", {"B": 7}),
                       ("toy_moe", {"T": 13})):
         ex = EXAMPLES[name]
-        mk = megakernel(ex.build(), mode, ctas_per_sm=2)
-        assert mk.num_ctas == 2 * mk.num_sms
+        mk = megakernel(ex.build(), mode, ctas_per_sm=ctas)
+        assert mk.num_ctas == ctas * mk.num_sms
         inputs = ex.make_inputs(env, 5)
         for _ in range(2):
             out = mk.run(env, mk.to_device(inputs))
