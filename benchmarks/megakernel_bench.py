@@ -21,7 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eventtensor.backends.cuda.runtime import Megakernel, to_host
+from eventtensor.backends.cuda.compiler import compile_source
+from eventtensor.backends.cuda.runtime import THREADS, Megakernel, _check, to_host
+from eventtensor.backends.cuda.stages import StageKernels
 from eventtensor.examples import EXAMPLES
 from eventtensor.frontend import ProgramBuilder
 
@@ -114,7 +116,8 @@ def bench_hop(n: int, iters: int) -> dict:
         out[label] = {"tasks": n, "ms": ms, "us_per_hop": ms * 1e3 / n}
         st = mk.launch({}, x, profile=True)
         mk.sync(st)
-        prof = st.arrays["prof"].cpu().numpy().reshape(-1, 4).astype(np.float64)
+        prof = st.arrays["prof"].cpu().numpy()[:4 * st.tables.bound.num_tasks]
+        prof = prof.reshape(-1, 4).astype(np.float64)
         link = slice(1, n + 1)  # task ids of the chain's links, in chain order
         start, end = prof[link, 1], prof[link, 2]
         out[label]["task_us"] = float(np.median(end - start)) / 1e3
@@ -122,16 +125,45 @@ def bench_hop(n: int, iters: int) -> dict:
     return out
 
 
+def empty_kernel(num_ctas: int):
+    """A launcher of an empty kernel of `num_ctas` CTAs of THREADS threads."""
+    from cuda.bindings import driver
+    compiled = compile_source('extern "C" __global__ void et_empty() {}', "et_empty")
+    module = _check(driver.cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
+    func = _check(driver.cuModuleGetFunction(module, b"et_empty"), "cuModuleGetFunction")
+    return lambda: _check(driver.cuLaunchKernel(
+        func, num_ctas, 1, 1, THREADS, 1, 1, 0, torch.cuda.current_stream().cuda_stream, 0, 0),
+        "cuLaunchKernel")
+
+
 def bench_launch_floor(iters: int) -> dict:
     """Fixed cost of one megakernel launch (one `nop` task per SM: launch, argument staging,
-    queue staging, last-CTA re-initialisation) next to one tiny torch kernel, per step of a
-    graph of back-to-back launches."""
+    queue staging, re-initialisation of the next launch's state) next to an empty kernel of as
+    many CTAs and one tiny torch kernel, per step of a graph of back-to-back launches; and a
+    profiled launch's prologue (CTA entry -> its first task fetched, median over CTAs)."""
     mk = Megakernel(independent_nop(132), "static")
     st = mk.launch({}, {})
     mk.sync(st)
     x = torch.ones(1, device="cuda")
-    return {"megakernel_ms": per_step(lambda: mk.relaunch(st), iters),
-            "torch_kernel_ms": per_step(lambda: x.add_(1.0), iters)}
+    out = {"megakernel_ms": per_step(lambda: mk.relaunch(st), iters),
+           "empty_kernel_ms": per_step(empty_kernel(mk.num_ctas), iters),
+           "torch_kernel_ms": per_step(lambda: x.add_(1.0), iters)}
+    st = mk.launch({}, {}, profile=True)
+    mk.sync(st)
+    out.update(prologue_epilogue(mk.trace(st, "launch floor")))
+    return out
+
+
+def prologue_epilogue(trace) -> dict:
+    """Medians over the CTAs that ran a task: kernel entry -> first task fetched, last task
+    notified -> kernel exit (µs)."""
+    first, last = {}, {}
+    for s in trace.spans:
+        first[s.sm] = min(first.get(s.sm, s.fetch_us), s.fetch_us)
+        last[s.sm] = max(last.get(s.sm, s.end_us), s.end_us)
+    entry, exit_ = trace.meta["cta_entry_us"], trace.meta["cta_exit_us"]
+    return {"prologue_us": float(np.median([first[c] - entry[c] for c in first])),
+            "epilogue_us": float(np.median([exit_[c] - last[c] for c in last]))}
 
 
 def bench_dispatch(k: int, iters: int) -> dict:
@@ -177,7 +209,7 @@ def stage_fns(name: str, env: dict, inputs: dict):
     return run
 
 
-def bench_examples(iters: int) -> list[dict]:
+def bench_examples(iters: int, out: Path) -> list[dict]:
     rows = []
     for name, env in (("splitk_rowsum", {"n": 256}), ("symbolic_batch", {"B": 64}),
                       ("symbolic_batch", {"B": 1})):
@@ -188,6 +220,12 @@ def bench_examples(iters: int) -> list[dict]:
         row["torch_per_stage_ms"] = timed(stages, iters)
         row["torch_stages_cuda_graph_ms"] = per_step(stages, iters)
         host = {k: v.cpu().numpy() for k, v in inputs.items()}
+        sk = StageKernels(ex.build())  # the same tiles, one launch per stage
+        tens = sk.launch(env, inputs)
+        torch.cuda.synchronize()
+        ex.check({k: to_host(tens[k]) for k in ex.outputs}, host, env)
+        row["tile_stages_ms"] = timed(sk.relaunch, iters)
+        row["tile_stages_graph_ms"] = per_step(sk.relaunch, iters)
         for mode, opts in (("static", {}), ("static_x2", {"ctas_per_sm": 2}),
                            ("static_x4", {"ctas_per_sm": 4}), ("dynamic", {}),
                            ("dynamic_late_push", {"early_push": False}), ("hybrid", {}),
@@ -200,6 +238,14 @@ def bench_examples(iters: int) -> list[dict]:
                 lambda mk=mk, st=st: mk.relaunch(st), iters)
             row[f"megakernel_{mode}_graph_ms"] = per_step(
                 lambda mk=mk, st=st: mk.relaunch(st), iters)
+            if mode in ("static", "static_x2"):  # where a step's time goes
+                st = mk.launch(env, inputs, profile=True)
+                mk.sync(st)
+                tr = mk.trace(st, f"{name} {mode} {env}")
+                tag = "_".join([name, mode] + [f"{k}{v}" for k, v in env.items()])
+                tr.save_json(out / f"trace_{tag}.json")
+                row[f"megakernel_{mode}_profile"] = {"makespan_us": tr.makespan_us,
+                                                      **prologue_epilogue(tr)}
         rows.append(row)
         print(json.dumps(row))
     return rows
@@ -250,30 +296,45 @@ def markdown(r: dict) -> str:
              f"{disp['dynamic_nop']['us_per_task_per_sm']:.2f} / "
              f"{disp['dynamic']['us_per_task_per_sm']:.2f} us | - |",
              f"| launch floor per step (graph of 20 launches): megakernel with one `nop` per "
-             f"SM / one tiny torch kernel | {r['launch']['megakernel_ms'] * 1e3:.1f} / "
-             f"{r['launch']['torch_kernel_ms'] * 1e3:.1f} us | - |", "",
+             f"SM / empty kernel of as many CTAs / one tiny torch kernel | "
+             f"{r['launch']['megakernel_ms'] * 1e3:.1f} / "
+             f"{r['launch']['empty_kernel_ms'] * 1e3:.1f} / "
+             f"{r['launch']['torch_kernel_ms'] * 1e3:.1f} us | - |",
+             f"| its prologue (CTA entry -> first task fetched) / epilogue (last notify -> "
+             f"exit), profiled medians | {r['launch']['prologue_us']:.2f} / "
+             f"{r['launch']['epilogue_us']:.2f} us | - |", "",
              "## Examples: megakernel vs one launch per stage (ms)", "",
              "`graph`: per step of a CUDA graph of 20 back-to-back steps (no host launch "
              "cost; the graph's own launch amortised), the way a decode loop runs. Single: one "
              "launch, host launch included. These problems are tiny: every time is latency "
              "bound, far above the bandwidth floor (split-K n=256 moves 128 KiB: 0.03 us at "
              "4.27 TB/s).", "",
-             "| example | binding | torch per stage, single | torch stages, graph | "
-             "megakernel static, single | static, graph | static 2 / 4 CTAs per SM, graph | "
-             "dynamic (early push), graph | dynamic (late push), graph | hybrid, graph | "
-             "unfused, graph | best static vs torch graph |",
+             "Baselines: `tile stages` runs the same tile bodies as one kernel launch per task "
+             "grid (`StageKernels`: kernel boundaries instead of events); `torch` runs each "
+             "stage as torch kernels.", "",
+             "| example | binding | torch per stage, single / graph | tile stages, single / "
+             "graph | megakernel static, single | static, graph | static 2 / 4 CTAs per SM, "
+             "graph | dynamic (early / late push), graph | hybrid, graph | unfused, graph | "
+             "best static vs tile stages graph | vs torch graph |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in r["examples"]:
         lines.append(
-            f"| {e['example']} | {e['binding']} | {e['torch_per_stage_ms']:.4f} | "
-            f"{e['torch_stages_cuda_graph_ms']:.4f} | {e['megakernel_static_ms']:.4f} | "
+            f"| {e['example']} | {e['binding']} | {e['torch_per_stage_ms']:.4f} / "
+            f"{e['torch_stages_cuda_graph_ms']:.4f} | {e['tile_stages_ms']:.4f} / "
+            f"{e['tile_stages_graph_ms']:.4f} | {e['megakernel_static_ms']:.4f} | "
             f"{e['megakernel_static_graph_ms']:.4f} | "
             f"{e['megakernel_static_x2_graph_ms']:.4f} / "
             f"{e['megakernel_static_x4_graph_ms']:.4f} | "
-            f"{e['megakernel_dynamic_graph_ms']:.4f} | "
+            f"{e['megakernel_dynamic_graph_ms']:.4f} / "
             f"{e['megakernel_dynamic_late_push_graph_ms']:.4f} | "
             f"{e['megakernel_hybrid_graph_ms']:.4f} | {e['megakernel_unfused_graph_ms']:.4f} | "
+            f"{e['tile_stages_graph_ms'] / best_static(e):.2f}x | "
             f"{e['torch_stages_cuda_graph_ms'] / best_static(e):.2f}x |")
+        for mode in ("static", "static_x2"):
+            pr = e[f"megakernel_{mode}_profile"]
+            lines.append(f"|  | profiled {mode}: makespan {pr['makespan_us']:.2f} us, prologue "
+                         f"{pr['prologue_us']:.2f} us, epilogue {pr['epilogue_us']:.2f} us "
+                         "|||||||||||")
     if "trace" in r:
         t = r["trace"]
         lines += ["", f"Profiled static launch, symbolic batch B = 64: measured makespan "
@@ -297,9 +358,9 @@ def main() -> None:
     print("launch", res["launch"])
     res["dispatch"] = bench_dispatch(132 * 200, 20)
     print("dispatch", res["dispatch"])
-    res["examples"] = bench_examples(args.iters)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    res["examples"] = bench_examples(args.iters, out)
     res["trace"] = measured_vs_simulated(out)
     (out / "megakernel_bench.json").write_text(json.dumps(res, indent=1))
     (out / "megakernel_bench.md").write_text(markdown(res))

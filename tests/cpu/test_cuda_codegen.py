@@ -228,3 +228,19 @@ def test_trigger_source_complete_from_the_start_is_refused():
 def test_compile_error_carries_the_log():
     with pytest.raises(CompileError, match="could not compile kernel broken"):
         compile_source('extern "C" __global__ void broken() { undefined_thing(); }', "broken")
+
+
+@pytest.mark.parametrize("name", ["splitk_rowsum", "symbolic_batch", "splitk_gemv_bf16"])
+def test_stage_kernels_compile_for_sm90a(name):
+    """The stage-per-kernel baseline: the same dispatch switch, one task per CTA, the argument
+    slots by value."""
+    p = program_for(name, "static")
+    src = generate(p, "stages")
+    assert f"ET_STAGE_KERNEL({kernel_name(p, 'stages')})" in src and "ET_KERNEL(" not in src
+    assert compile_source(src, kernel_name(p, "stages")).cubin[:4] == b"\x7fELF"
+
+
+def test_stage_kernels_refuse_guarded_grids():
+    with pytest.raises(UnsupportedOnGpu, match="task grid 'expert_gemm' has a trigger edge; "
+                                               "the stage-per-kernel baseline runs every task"):
+        generate(program_for("toy_moe", "static"), "stages")

@@ -6,7 +6,7 @@ always already satisfied."""
 from __future__ import annotations
 
 from .. import sym
-from ..ir import Edge, EventDecl, Program
+from ..ir import Edge, EventDecl, Program, TaskGrid
 from ..lower import grid_graph
 from ..maps import Index, IndexMap
 from .static import _topo
@@ -14,9 +14,14 @@ from .static import _topo
 BARRIER = "stage_barrier"
 
 
+def stage_order(p: Program) -> list[TaskGrid]:
+    """The task grids as stages: a topological order of the grid graph."""
+    return [p.grids[i] for i in _topo(grid_graph(p))]
+
+
 def unfuse(p: Program) -> Program:
     """`p` with one barrier event between consecutive stages (grids in topological order)."""
-    order = [p.grids[i] for i in _topo(grid_graph(p))]
+    order = stage_order(p)
     edges = list(p.edges)
     for s, g in enumerate(order):
         edges.append(Edge(g.name, BARRIER, "notify", IndexMap(g.axes, (Index(sym.as_expr(s)),)),

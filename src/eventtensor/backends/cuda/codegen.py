@@ -20,6 +20,7 @@ from ...maps import Full, Index, IndexMap, Load, Span
 SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.cuh)
 MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
+STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
 BODIES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
@@ -154,10 +155,13 @@ class _Gen:
 
 def generate(p: Program, mode: str, ctas_per_sm: int = 1) -> str:
     """CUDA source of the megakernel for program `p` (after the pass pipeline), its registers
-    bounded so that `ctas_per_sm` CTAs of 256 threads fit one SM."""
-    if mode not in GPU_MODES:
+    bounded so that `ctas_per_sm` CTAs of 256 threads fit one SM; for mode `STAGES`, of the
+    stage kernel running one task grid per launch (`_check_stages`)."""
+    if mode not in GPU_MODES + (STAGES,):
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")
+    if mode == STAGES:
+        _check_stages(p)
     dynamic = mode in ("dynamic", "hybrid")  # the device queue's counter protocol
     if dynamic:
         _check_triggers(p)
@@ -179,9 +183,24 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1) -> str:
     out += _dispatch(g)
     out += _prefetch(g) + _extra_waits(g) + _extra_notifies(g, dynamic) + _runtime_counts(g)
     out += _arm_written(g, dynamic) + _arm_inputs(g, dynamic) + _release_triggers(g, dynamic)
-    run = "et_run_static" if mode == "unfused" else f"et_run_{mode}"
-    out += ["", f"ET_KERNEL({kernel_name(p, mode, ctas_per_sm)}, {run}, {ctas_per_sm})", ""]
+    if mode == STAGES:
+        out += ["", f"ET_STAGE_KERNEL({kernel_name(p, mode)})", ""]
+    else:
+        run = "et_run_static" if mode == "unfused" else f"et_run_{mode}"
+        out += ["", f"ET_KERNEL({kernel_name(p, mode, ctas_per_sm)}, {run}, {ctas_per_sm})", ""]
     return "\n".join(out)
+
+
+def _check_stages(p: Program) -> None:
+    """A stage kernel runs every task of its grid: no trigger edge may guard one, and every
+    grid fits a CUDA launch grid (its axes as blockIdx x, y, z)."""
+    for grid in p.grids:
+        if p.edges_of(grid=grid.name, kind="trigger"):
+            raise UnsupportedOnGpu(f"task grid '{grid.name}' has a trigger edge; the stage-per-"
+                                   "kernel baseline runs every task of a grid")
+        if len(grid.axes) > 3:
+            raise UnsupportedOnGpu(f"task grid '{grid.name}' has {len(grid.axes)} axes; a "
+                                   "stage kernel maps at most 3 to blockIdx")
 
 
 def _coords(grid: TaskGrid, g: _Gen) -> tuple[list[str], dict]:

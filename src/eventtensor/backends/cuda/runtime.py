@@ -54,6 +54,58 @@ def _check(res, what: str):
     return res[1] if isinstance(res, tuple) and len(res) == 2 else res
 
 
+def bind_tensors(p: Program, shapes: Mapping[str, tuple[int, ...]], tensors: Mapping[str, Any],
+                 owned: dict) -> dict:
+    """Every tensor of `p` by name: those given in `tensors` (checked: contiguous CUDA tensors
+    of the bound `shapes` and the dtypes of `torch_dtype`), the missing outputs and temps
+    from `owned`, allocated there on first use (reused by later launches)."""
+    import torch
+    unknown = set(tensors) - {t.name for t in p.tensors}
+    if unknown:
+        raise ValueError(f"program '{p.name}' has no tensor named {', '.join(sorted(unknown))}")
+    tens = {}
+    for tdecl in p.tensors:
+        shape, dtype = shapes[tdecl.name], torch_dtype(tdecl)
+        x = tensors.get(tdecl.name)
+        if x is None:
+            if tdecl.role == "input":
+                raise ValueError(f"input tensor '{tdecl.name}' was not given")
+            x = owned.get(tdecl.name)
+            if x is None:
+                x = owned[tdecl.name] = torch.empty(shape, dtype=dtype, device="cuda")
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"tensor '{tdecl.name}' must be a torch tensor on the GPU, "
+                             f"got {type(x).__name__}")
+        if tuple(x.shape) != shape or x.dtype != dtype or not x.is_cuda or not x.is_contiguous():
+            raise ValueError(f"tensor '{tdecl.name}' must be a contiguous CUDA {dtype} tensor "
+                             f"of shape {shape}, got {tuple(x.shape)} {x.dtype} on {x.device}")
+        tens[tdecl.name] = x
+    return tens
+
+
+def to_device(p: Program, arrays: Mapping[str, np.ndarray]) -> dict:
+    """Numpy arrays as contiguous CUDA tensors of the dtypes of the tensors of `p` of the same
+    names; bfloat16 values rounded as `dtypes.round_to_dtype` rounds them."""
+    import torch
+    out = {}
+    for name, a in arrays.items():
+        t = p.tensor(name)
+        host = torch.as_tensor(np.ascontiguousarray(round_to_dtype(t.dtype, a)))
+        out[name] = host.to(device="cuda", dtype=torch_dtype(t)).contiguous()
+    return out
+
+
+def symbol_slots(p: Program, env: Mapping[str, int], tens: Mapping[str, Any]) -> list[int]:
+    """The MAX_SLOTS launch-argument slots (runtime.cuh), symbol values and tensor pointers
+    filled in (from SYM_BASE), the runtime's own slots 0."""
+    slots = [0] * MAX_SLOTS
+    for i, s in enumerate(p.symbols):
+        slots[SYM_BASE + i] = int(env[s.name])
+    for i, t in enumerate(p.tensors):
+        slots[SYM_BASE + len(p.symbols) + i] = tens[t.name].data_ptr()
+    return slots
+
+
 @dataclass
 class _State:
     tables: Tables
@@ -279,36 +331,14 @@ class Megakernel:
         torch = self.torch
         st = self._state(env, tables)
         b = st.tables.bound
-        unknown = set(tensors) - {t.name for t in self.program.tensors}
-        if unknown:
-            raise ValueError(f"program '{self.program.name}' has no tensor named "
-                             f"{', '.join(sorted(unknown))}")
-        tens = {}
-        for tdecl in self.program.tensors:
-            shape = b.tensor_shapes[tdecl.name]
-            dtype = torch_dtype(tdecl)
-            x = tensors.get(tdecl.name)
-            if x is None:
-                if tdecl.role == "input":
-                    raise ValueError(f"input tensor '{tdecl.name}' was not given")
-                x = st.owned.get(tdecl.name)
-                if x is None:  # allocated once per binding, reused by later launches
-                    x = st.owned[tdecl.name] = torch.empty(shape, dtype=dtype, device="cuda")
-            if not isinstance(x, torch.Tensor):
-                raise ValueError(f"tensor '{tdecl.name}' must be a torch tensor on the GPU, "
-                                 f"got {type(x).__name__}")
-            if tuple(x.shape) != shape or x.dtype != dtype or not x.is_cuda \
-                    or not x.is_contiguous():
-                raise ValueError(f"tensor '{tdecl.name}' must be a contiguous CUDA {dtype} "
-                                 f"tensor of shape {shape}, got {tuple(x.shape)} {x.dtype} "
-                                 f"on {x.device}")
-            tens[tdecl.name] = x
+        tens = bind_tensors(self.program, b.tensor_shapes, tensors, st.owned)
         st.arrays["tensors"] = tens
-        prof = torch.zeros(4 * max(b.num_tasks, 1), dtype=torch.int64, device="cuda") \
-            if profile else None
+        # per task: fetched, waits satisfied, notified, SM; then per CTA: entry, exit (ns)
+        prof = torch.zeros(4 * b.num_tasks + 2 * self.num_ctas, dtype=torch.int64,
+                           device="cuda") if profile else None
         st.arrays["prof"] = prof
         a = st.arrays
-        slots = [0] * (SYM_BASE + len(self.program.symbols) + len(self.program.tensors))
+        slots = symbol_slots(self.program, b.env, tens)
         for i, name in enumerate([None, "stream_task", "task_rec", None,
                                   "wait_ptr", "wait_elem", "notify_ptr", "notify_elem",
                                   "target", None, "shift", "ready"]):
@@ -328,11 +358,7 @@ class Megakernel:
         slots[27] = b.num_tasks
         slots[28], slots[29] = a["skip_ptr"].data_ptr(), a["skip_elem"].data_ptr()
         slots[31] = self._num_triggers()
-        for i, s in enumerate(self.program.symbols):
-            slots[SYM_BASE + i] = b.env[s.name]
-        for i, tdecl in enumerate(self.program.tensors):
-            slots[SYM_BASE + len(self.program.symbols) + i] = tens[tdecl.name].data_ptr()
-        slots += [0] * (MAX_SLOTS - len(slots)) + st.sm_args
+        slots += st.sm_args
         if st.key != tuple(slots):  # upload only when a pointer or value changed
             args = torch.tensor(slots + [0] * self.num_ctas, dtype=torch.int64, device="cuda")
             if st.args is not None:  # the CTAs' epochs carry over (they pick the state copy)
@@ -381,15 +407,7 @@ class Megakernel:
         return int(st.args[-self.num_ctas].item()) & 1
 
     def to_device(self, arrays: Mapping[str, np.ndarray]) -> dict:
-        """Numpy arrays as contiguous CUDA tensors of the dtypes of the program's tensors of
-        the same names; bfloat16 values rounded as `dtypes.round_to_dtype` rounds them."""
-        torch = self.torch
-        out = {}
-        for name, a in arrays.items():
-            t = self.program.tensor(name)
-            host = torch.as_tensor(np.ascontiguousarray(round_to_dtype(t.dtype, a)))
-            out[name] = host.to(device="cuda", dtype=torch_dtype(t)).contiguous()
-        return out
+        return to_device(self.program, arrays)
 
     def run(self, env: Mapping[str, int], tensors: Mapping[str, Any], **kw) -> dict:
         """Launch, wait and return every tensor (inputs, temps, outputs) by name."""
@@ -398,9 +416,13 @@ class Megakernel:
         return st.arrays["tensors"]
 
     def trace(self, st: _State, title: str) -> Trace:
-        """The per-task timestamps of a profiled launch as a measured `Trace` (µs)."""
-        prof = st.arrays["prof"].cpu().numpy().reshape(-1, 4)
+        """The per-task timestamps of a profiled launch as a measured `Trace` (µs); its meta
+        holds each CTA's kernel entry and exit (`cta_entry_us`, `cta_exit_us`, the same
+        origin: the earliest fetch)."""
         b, p = st.tables.bound, self.program
+        raw = st.arrays["prof"].cpu().numpy()
+        prof = raw[:4 * b.num_tasks].reshape(-1, 4)
+        cta = raw[4 * b.num_tasks:].reshape(-1, 2)
         ran = np.flatnonzero(prof[:, 2] > 0)
         t0 = prof[ran, 0].min() if ran.size else 0
         spans = []
@@ -409,5 +431,7 @@ class Megakernel:
             f, s, e, sm = (int(v) for v in prof[t])
             spans.append(TaskSpan(sm, b.task_name(int(t)), g.kind, g.name, (s - t0) / 1e3,
                                   (e - t0) / 1e3, (f - t0) / 1e3))
+        us = (lambda v: [round((int(x) - int(t0)) / 1e3, 4) for x in v])  # noqa: E731
         return Trace(title, "measured", self.num_ctas, spans,
-                     {"mode": self.mode, "binding": dict(b.env), "program": p.name})
+                     {"mode": self.mode, "binding": dict(b.env), "program": p.name,
+                      "cta_entry_us": us(cta[:, 0]), "cta_exit_us": us(cta[:, 1])})

@@ -517,14 +517,39 @@ __device__ void et_run_hybrid(const long long* A) {
     if (et_static_loop(A)) et_dynamic_loop(A);
 }
 
+// Profiling: when the CTA entered the kernel and when it left its loops, after the per-task
+// timestamps (4 per task) in ET_PROF.
+__device__ __forceinline__ void et_prof_cta(const long long* A, int which, u64 t) {
+    if (threadIdx.x == 0 && ET_PROF) ET_PROF[4 * ET_NUM_TASKS + 2 * blockIdx.x + which] = t;
+}
+
 // The kernel of a program: arguments, the next launch's state, the mode's loops, and the
 // CTA's epoch advanced (also after an abort: the host resets all state then, see sync()).
 #define ET_KERNEL(name, run, ctas_per_sm)                                                    \
     extern "C" __global__ void __launch_bounds__(256, ctas_per_sm)                           \
         name(long long* __restrict__ args) {                                                  \
         __shared__ long long A[ET_SLOTS];                                                     \
+        const u64 entry_ns = et_globaltimer();                                                \
         const long long epoch = et_load_args(A, args);                                        \
+        et_prof_cta(A, 0, entry_ns);                                                          \
         et_reset_next(A);                                                                     \
         run(A);                                                                               \
+        et_prof_cta(A, 1, ET_PROF ? et_globaltimer() : 0);                                    \
         if (threadIdx.x == 0) args[ET_SLOTS + 6 * gridDim.x + blockIdx.x] = epoch + 1;        \
+    }
+
+// The stage-per-kernel baseline (the same tile bodies, one launch per task grid, kernel
+// boundaries in place of events): CTA (x, y, z) runs the task of grid `g` at coordinates
+// (x, y, z). The argument slots come by value, so no load precedes the body's own.
+struct EtSlots {
+    long long v[ET_SLOTS];
+};
+#define ET_STAGE_KERNEL(name)                                                                 \
+    extern "C" __global__ void __launch_bounds__(256)                                         \
+        name(const __grid_constant__ EtSlots args, int g) {                                   \
+        EtTask task;                                                                          \
+        task.id = -1;                                                                         \
+        task.a = make_int4(g, 0, 0, 0);                                                       \
+        task.b = make_int4(0, blockIdx.x, blockIdx.y, blockIdx.z);                            \
+        et_run_task(args.v, task);                                                            \
     }
