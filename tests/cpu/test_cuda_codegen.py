@@ -244,3 +244,13 @@ def test_stage_kernels_refuse_guarded_grids():
     with pytest.raises(UnsupportedOnGpu, match="task grid 'expert_gemm' has a trigger edge; "
                                                "the stage-per-kernel baseline runs every task"):
         generate(program_for("toy_moe", "static"), "stages")
+
+
+def test_knobs_are_defined_before_the_device_library_and_checked():
+    p = program_for("splitk_rowsum", "static")
+    src = generate(p, "static", knobs={"ET_POLL_DEPTH": 4, "ET_POLL_STAGGER": 150})
+    assert src.index("#define ET_POLL_DEPTH 4") < src.index('#include "eventtensor/runtime.cuh"')
+    compile_source(src, kernel_name(p, "static"))
+    with pytest.raises(ValueError, match="knob ET_CHUNK=8: the device library's knobs are "
+                                         "ET_POLL_DEPTH, ET_POLL_STAGGER"):
+        generate(p, "static", knobs={"ET_CHUNK": 8})

@@ -12,6 +12,8 @@ data, so one kernel serves every binding of the symbols.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ... import sym
 from ...errors import ProgramError
 from ...ir import Edge, EventDecl, Program, Region, TaskGrid
@@ -20,6 +22,8 @@ from ...maps import Full, Index, IndexMap, Load, Span
 SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.cuh)
 MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
+# device-library settings a kernel may override (runtime.cuh documents each)
+KNOBS = ("ET_POLL_DEPTH", "ET_POLL_STAGGER", "ET_SPIN_NS", "ET_SLEEP_NS")
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
@@ -153,10 +157,16 @@ class _Gen:
         return out
 
 
-def generate(p: Program, mode: str, ctas_per_sm: int = 1) -> str:
+def generate(p: Program, mode: str, ctas_per_sm: int = 1,
+             knobs: Mapping[str, int] | None = None) -> str:
     """CUDA source of the megakernel for program `p` (after the pass pipeline), its registers
-    bounded so that `ctas_per_sm` CTAs of 256 threads fit one SM; for mode `STAGES`, of the
-    stage kernel running one task grid per launch (`_check_stages`)."""
+    bounded so that `ctas_per_sm` CTAs of 256 threads fit one SM, `knobs` (see KNOBS) set;
+    for mode `STAGES`, of the stage kernel running one task grid per launch
+    (`_check_stages`)."""
+    for name, value in (knobs or {}).items():
+        if name not in KNOBS or not isinstance(value, int) or value < 0:
+            raise ValueError(f"knob {name}={value!r}: the device library's knobs are "
+                             f"{', '.join(KNOBS)}, each a non-negative int")
     if mode not in GPU_MODES + (STAGES,):
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")
@@ -176,6 +186,7 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1) -> str:
            sym.C_PRELUDE,
            *(["#define ET_ARMED_COUNTS 1"] if dynamic else []),
            *(["#define ET_HYBRID 1"] if mode == "hybrid" else []),
+           *(f"#define {name} {value}" for name, value in sorted((knobs or {}).items())),
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"', "",

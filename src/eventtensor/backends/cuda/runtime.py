@@ -224,11 +224,12 @@ class Megakernel:
     def __init__(self, program: Program, mode: str = "static", num_sms: int | None = None,
                  policy: str = "critical_path", watchdog_s: float = 1.0,
                  early_push: bool = True, dynamic_grids: Sequence[str] | None = None,
-                 ctas_per_sm: int = 1):
+                 ctas_per_sm: int = 1, knobs: Mapping[str, int] | None = None):
         """`num_sms`: the SMs to use (default: all); `ctas_per_sm` persistent CTAs run on each
         (each its own static queue: more CTAs hide more memory latency, with fewer registers
         each); `dynamic_grids` (hybrid mode): the grids run from the device queue, by default
-        the data-dependent ones (`default_dynamic_grids`)."""
+        the data-dependent ones (`default_dynamic_grids`); `knobs`: device-library settings
+        (`codegen.KNOBS`, e.g. ET_POLL_DEPTH)."""
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
@@ -239,7 +240,7 @@ class Megakernel:
         if ctas_per_sm < 1:
             raise ValueError(f"ctas_per_sm must be at least 1, got {ctas_per_sm}")
         self.ctas_per_sm = ctas_per_sm
-        self.source = generate(self.program, mode, ctas_per_sm)
+        self.source = generate(self.program, mode, ctas_per_sm, knobs)
         self.name = kernel_name(self.program, mode, ctas_per_sm)
         self.compiled = compile_source(self.source, self.name)
         props = torch.cuda.get_device_properties(torch.cuda.current_device())

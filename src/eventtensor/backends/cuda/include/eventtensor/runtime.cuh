@@ -58,14 +58,28 @@ __device__ void et_fail(long long* err, int* abort_flag, long long task, long lo
 }
 
 // Waits poll without sleeping for ET_SPIN_NS (a dependent hop must not pay a sleep's wake-up
-// latency), checking the abort flag and the watchdog every 32 polls; longer waits sleep
-// ET_SLEEP_NS between polls.
+// latency), checking the abort flag and the watchdog every 32 rounds of polls; longer waits
+// sleep ET_SLEEP_NS between rounds. ET_POLL_DEPTH polls are in flight at once, issued
+// ET_POLL_STAGGER cycles apart: the counter is sampled ET_POLL_DEPTH times per memory round
+// trip, so a notify is seen sooner after it lands.
 #ifndef ET_SPIN_NS
 #define ET_SPIN_NS 200000ull
 #endif
 #ifndef ET_SLEEP_NS
 #define ET_SLEEP_NS 256
 #endif
+#ifndef ET_POLL_DEPTH
+#define ET_POLL_DEPTH 1
+#endif
+#ifndef ET_POLL_STAGGER
+#define ET_POLL_STAGGER 300
+#endif
+
+__device__ __forceinline__ void et_spin_cycles(long long n) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < n) {
+    }
+}
 
 __device__ __forceinline__ u64 et_ld_relaxed(const u64* p) {
     u64 v;
@@ -222,13 +236,25 @@ __device__ int et_wait(const long long* A, int x, int shift, long long count, lo
     if (!et_satisfied(v, shift, count)) {
         const u64 start = et_globaltimer();
         bool sleepy = false;
-        for (unsigned polls = 1;; ++polls) {
-            v = et_ld_relaxed(counter);
-            if (et_satisfied(v, shift, count)) break;
+        u64 poll[ET_POLL_DEPTH];  // loads in flight, oldest first
+#pragma unroll
+        for (int d = 0; d < ET_POLL_DEPTH; ++d) {
+            if (d) et_spin_cycles(ET_POLL_STAGGER);
+            poll[d] = et_ld_relaxed(counter);
+        }
+        for (unsigned rounds = 1;; ++rounds) {
+            bool done = false;
+#pragma unroll
+            for (int d = 0; d < ET_POLL_DEPTH && !done; ++d) {
+                v = poll[d];  // the oldest load in flight
+                done = et_satisfied(v, shift, count);
+                if (!done) poll[d] = et_ld_relaxed(counter);  // in flight again, newest
+            }
+            if (done) break;
 #ifdef ET_HYBRID
-            if (nest && polls % 4 == 0 && (*nest = et_try_pop(A)) >= 0) return ET_WAIT_NEST;
+            if (nest && rounds % 4 == 0 && (*nest = et_try_pop(A)) >= 0) return ET_WAIT_NEST;
 #endif
-            if (polls % 32 == 0) {
+            if (rounds % 32 == 0) {
                 if (*(volatile int*)ET_ABORT) return ET_WAIT_ABORT;
                 const u64 waited = et_globaltimer() - start;
                 if (waited > ET_WATCHDOG_NS) {
