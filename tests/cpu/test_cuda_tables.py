@@ -5,6 +5,10 @@ import numpy as np
 import pytest
 
 from eventtensor.backends.cuda.runtime import (
+    CHUNK,
+    CHUNK_NOTIFIES,
+    CHUNK_WAITS,
+    SLAB_WORDS,
     _notify_records,
     _static_streams,
     _task_records,
@@ -50,3 +54,16 @@ def test_static_streams_follow_the_queues(name, env, bucket, mode):
                                           waits[t.wait_ptr[task]:t.wait_ptr[task + 1]])
             np.testing.assert_array_equal(s["stream_notify"][r[3]:r[4]],
                                           notifies[t.notify_ptr[task]:t.notify_ptr[task + 1]])
+        # the CTA's slab: its first chunk as the static loop stages it (EtChunk layout)
+        slab = s["slabs"][sm].view(np.int32)
+        assert s["slabs"].shape == (sms, SLAB_WORDS)
+        recs, slab = slab[:8 * CHUNK].reshape(-1, 8), slab[8 * CHUNK:]
+        wts, slab = slab[:2 * CHUNK_WAITS].reshape(-1, 2), slab[2 * CHUNK_WAITS:]
+        nts, ids = slab[:CHUNK_NOTIFIES], slab[CHUNK_NOTIFIES:]
+        n, nw, nn = min(CHUNK, hi - lo), min(CHUNK_WAITS, w_hi - w_lo), min(CHUNK_NOTIFIES,
+                                                                         n_hi - n_lo)
+        np.testing.assert_array_equal(recs[:n], s["stream_rec"][lo:lo + n])
+        np.testing.assert_array_equal(ids[:n], s["stream_task"][lo:lo + n])
+        np.testing.assert_array_equal(wts[:nw], s["stream_wait"][w_lo:w_lo + nw])
+        np.testing.assert_array_equal(nts[:nn], s["stream_notify"][n_lo:n_lo + nn])
+        assert not recs[n:].any() and not ids[n:].any() and not wts[nw:].any()

@@ -113,7 +113,8 @@ class _State:
     args: object = None     # torch int64 tensor of launch-argument slots
     key: tuple = ()
     n_dynamic: int = 0
-    sm_args: list = field(default_factory=list)  # per SM: stream bounds (ET_SM_ARGS)
+    # per CTA its stream bounds (ET_SM_ARGS), then per CTA its first chunk (`_first_chunks`)
+    sm_args: list = field(default_factory=list)
     owned: dict = field(default_factory=dict)  # outputs and temps this runtime allocated
 
 
@@ -213,9 +214,34 @@ def _static_streams(t: Tables, rec: np.ndarray, waits: np.ndarray,
     wpos, npos = np.concatenate([[0], np.cumsum(nw)]), np.concatenate([[0], np.cumsum(nn)])
     bounds = np.stack([qptr[:-1], qptr[1:], wpos[qptr[:-1]], wpos[qptr[1:]], npos[qptr[:-1]],
                        npos[qptr[1:]]], axis=1)
-    return {"stream_task": pad(ids, 1), "stream_rec": pad(srec, (1, 8)),
-            "stream_wait": pad(waits[sw], (1, 2)), "stream_notify": pad(notifies[sn], 1),
-            "stream_bounds": bounds}
+    streams = {"stream_task": ids, "stream_rec": srec, "stream_wait": waits[sw],
+               "stream_notify": notifies[sn]}
+    return {**{k: pad(v, (1, *v.shape[1:])) for k, v in streams.items()},
+            "stream_bounds": bounds, "slabs": _first_chunks(streams, bounds)}
+
+
+# The static loop's chunk (runtime.cuh EtChunk): capacities and the layout of its image, the
+# slab each CTA receives with its launch arguments, in int32 words: records, waits,
+# notifies, task ids.
+CHUNK, CHUNK_WAITS, CHUNK_NOTIFIES = 32, 256, 256
+SLAB_WORDS = (8 * CHUNK + 2 * CHUNK_WAITS + CHUNK_NOTIFIES + CHUNK) // 2  # int64 words
+
+
+def _first_chunks(streams: dict[str, np.ndarray], bounds: np.ndarray) -> np.ndarray:
+    """int64[CTAs, SLAB_WORDS]: each CTA's first chunk as the static loop would stage it (its
+    first CHUNK tasks and records, and as many of its next waits and notifies as fit)."""
+    slabs = np.zeros((len(bounds), 2 * SLAB_WORDS), np.int32)
+    parts = ((streams["stream_rec"], 8 * CHUNK, 8, 0, 1),
+             (streams["stream_wait"], 2 * CHUNK_WAITS, 2, 2, 3),
+             (streams["stream_notify"], CHUNK_NOTIFIES, 1, 4, 5),
+             (streams["stream_task"], CHUNK, 1, 0, 1))
+    for c, row in enumerate(bounds):
+        at = 0
+        for src, cap, width, lo, hi in parts:
+            n = min(cap // width, int(row[hi] - row[lo]))
+            slabs[c, at:at + n * width] = src[row[lo]:row[lo] + n].ravel()
+            at += cap
+    return slabs.view(np.int64)
 
 
 class Megakernel:
@@ -294,7 +320,7 @@ class Megakernel:
         rec = _task_records(t)
         waits, notifies = _wait_records(t), _notify_records(t)
         streams = _static_streams(t, rec, waits, notifies)
-        bounds = streams.pop("stream_bounds")
+        bounds, slabs = streams.pop("stream_bounds"), streams.pop("slabs")
         arrays = {name: i32(a) for name, a in streams.items()}
         arrays |= {
             "task_rec": i32(rec if b.num_tasks else np.zeros((1, 8))),
@@ -317,7 +343,8 @@ class Megakernel:
             "dyn_state": torch.zeros(2, 1 + self._num_triggers(), dtype=torch.int64,
                                      device=dev),
         }
-        st = _State(t, arrays, n_dynamic=n_dyn, sm_args=[int(v) for v in bounds.ravel()])
+        st = _State(t, arrays, n_dynamic=n_dyn,
+                    sm_args=[int(v) for v in bounds.ravel()] + slabs.ravel().tolist())
         if tables is None:
             self._states[key] = st
         return st

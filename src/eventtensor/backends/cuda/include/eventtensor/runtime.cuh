@@ -426,17 +426,55 @@ __device__ __forceinline__ int et_parity_pair(int i) {
     }
 }
 
-// Kernel entry, all threads: the launch arguments into the shared slots A (see ET_SM_ARGS),
-// the slots of the launch's parity copy swapped in (one round of loads). Returns the CTA's
-// epoch (the launch arguments end with one per CTA, after the per-SM stream bounds).
+// Static queue walker. The CTA stages its queue in chunks of ET_CHUNK tasks: task ids and
+// records, and with them (one round of loads) the next waits and notifies of its stream, as
+// many as the shared buffers hold; a chunk whose waits or notifies go past them reads those
+// from global memory. The per-task dispatch then reads only shared memory. The first chunk
+// comes staged with the launch arguments (its copy there: the CTA's slab, see et_load_args).
+#define ET_CHUNK 32
+#define ET_CHUNK_WAITS 256
+#define ET_CHUNK_NOTIFIES 256
+struct EtChunk {
+    int4 rec[2 * ET_CHUNK];
+    int2 wait[ET_CHUNK_WAITS];
+    int notify[ET_CHUNK_NOTIFIES];
+    int id[ET_CHUNK];
+};
+// The slab: an EtChunk image in 64-bit words (runtime.py builds it)
+#define ET_SLAB_WORDS ((int)(sizeof(EtChunk) / 8))
+static_assert(sizeof(EtChunk) % 16 == 0, "the slab is copied in 16-byte words");
+
+__device__ __forceinline__ EtChunk& et_chunk() {
+    __shared__ EtChunk chunk;
+    return chunk;
+}
+
+// Whether the kernel walks a static queue (all modes but dynamic).
+#if defined(ET_ARMED_COUNTS) && !defined(ET_HYBRID)
+#define ET_STATIC_QUEUE 0
+#else
+#define ET_STATIC_QUEUE 1
+#endif
+
+// Kernel entry, all threads, one round of loads: the launch arguments into the shared slots A
+// (see ET_SM_ARGS), the slots of the launch's parity copy swapped in, and the CTA's first
+// chunk into et_chunk(). The launch arguments are: ET_SLOTS slots, 6 stream bounds per CTA,
+// one slab per CTA (ET_SLAB_WORDS), one epoch per CTA. Returns the CTA's epoch.
 __device__ __forceinline__ long long et_load_args(long long* A, const long long* args) {
-    const long long epoch = args[ET_SLOTS + 6 * gridDim.x + blockIdx.x];
+    const long long* slabs = args + ET_SLOTS + 6 * gridDim.x;
+    const long long epoch = slabs[ET_SLAB_WORDS * gridDim.x + blockIdx.x];
     for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x) {
         const int pair = et_parity_pair(i);
         const long long own = i >= ET_SM_ARGS && i < ET_SM_ARGS + 6
                                   ? args[ET_SLOTS + 6 * blockIdx.x + (i - ET_SM_ARGS)] : args[i];
         const long long other = pair >= 0 ? args[pair] : own;
         A[i] = (epoch & 1) ? other : own;
+    }
+    if (ET_STATIC_QUEUE) {
+        const int4* slab = reinterpret_cast<const int4*>(slabs + ET_SLAB_WORDS * blockIdx.x);
+        int4* chunk = reinterpret_cast<int4*>(&et_chunk());
+        for (int k = threadIdx.x; k < (int)sizeof(EtChunk) / 16; k += blockDim.x)
+            chunk[k] = slab[k];
     }
     __syncthreads();
     return epoch;
@@ -454,19 +492,8 @@ __device__ void et_reset_next(const long long* A) {
     if (first == 0) ET_NEXT_HEAD[0] = ET_NEXT_HEAD[1] = 0;
 }
 
-// Static queue walker. The CTA stages its queue in chunks of ET_CHUNK tasks: task ids and
-// records, and with them (one round of loads) the next waits and notifies of its stream, as
-// many as the shared buffers hold; a chunk whose waits or notifies go past them reads those
-// from global memory. The per-task dispatch then reads only shared memory.
-#define ET_CHUNK 32
-#define ET_CHUNK_WAITS 256
-#define ET_CHUNK_NOTIFIES 256
-
 __device__ bool et_static_loop(const long long* A) {
-    __shared__ int s_id[ET_CHUNK];
-    __shared__ int4 s_rec[2 * ET_CHUNK];
-    __shared__ int2 s_wait[ET_CHUNK_WAITS];
-    __shared__ int s_notify[ET_CHUNK_NOTIFIES];
+    EtChunk& ch = et_chunk();
     const int lo = (int)A[ET_SM_ARGS], hi = (int)A[ET_SM_ARGS + 1];
     const int w_end = (int)A[ET_SM_ARGS + 3], n_end = (int)A[ET_SM_ARGS + 5];
     int w0 = (int)A[ET_SM_ARGS + 2], n0 = (int)A[ET_SM_ARGS + 4];
@@ -474,32 +501,34 @@ __device__ bool et_static_loop(const long long* A) {
         const int n = min(ET_CHUNK, hi - p0);
         const int w_have = min(ET_CHUNK_WAITS, w_end - w0);
         const int n_have = min(ET_CHUNK_NOTIFIES, n_end - n0);
-        __syncthreads();  // the previous chunk is no longer read
-        for (int k = threadIdx.x; k < 2 * n; k += blockDim.x) {
-            s_rec[k] = ET_STREAM_REC[2 * p0 + k];
-            if (k < n) s_id[k] = ET_QUEUE_TASK[p0 + k];
+        if (p0 != lo) {  // the first chunk came with the launch arguments
+            __syncthreads();  // the previous chunk is no longer read
+            for (int k = threadIdx.x; k < 2 * n; k += blockDim.x) {
+                ch.rec[k] = ET_STREAM_REC[2 * p0 + k];
+                if (k < n) ch.id[k] = ET_QUEUE_TASK[p0 + k];
+            }
+            for (int k = threadIdx.x; k < w_have; k += blockDim.x)
+                ch.wait[k] = ET_STREAM_WAIT[w0 + k];
+            for (int k = threadIdx.x; k < n_have; k += blockDim.x)
+                ch.notify[k] = ET_STREAM_NOTIFY[n0 + k];
+            __syncthreads();
         }
-        for (int k = threadIdx.x; k < w_have; k += blockDim.x)
-            s_wait[k] = ET_STREAM_WAIT[w0 + k];
-        for (int k = threadIdx.x; k < n_have; k += blockDim.x)
-            s_notify[k] = ET_STREAM_NOTIFY[n0 + k];
-        __syncthreads();
-        const int nw = s_rec[2 * n - 2].z - w0, nn = s_rec[2 * n - 1].x - n0;
+        const int nw = ch.rec[2 * n - 2].z - w0, nn = ch.rec[2 * n - 1].x - n0;
         const bool wait_staged = nw <= w_have, notify_staged = nn <= n_have;
-        const int2* waits = wait_staged ? s_wait : ET_STREAM_WAIT + w0;
-        const int* notifies = notify_staged ? s_notify : ET_STREAM_NOTIFY + n0;
+        const int2* waits = wait_staged ? ch.wait : ET_STREAM_WAIT + w0;
+        const int* notifies = notify_staged ? ch.notify : ET_STREAM_NOTIFY + n0;
         for (int k = 0; k < n; ++k) {
             const u64 fetch_ns = ET_PROF ? et_globaltimer() : 0;
             EtView v;
-            v.task.id = s_id[k];
-            v.task.a = s_rec[2 * k];
-            v.task.b = s_rec[2 * k + 1];
+            v.task.id = ch.id[k];
+            v.task.a = ch.rec[2 * k];
+            v.task.b = ch.rec[2 * k + 1];
             v.waits = waits + (v.task.a.y - w0);
             v.num_waits = v.task.a.z - v.task.a.y;
             v.notifies = notifies + (v.task.a.w - n0);
             v.num_notifies = v.task.b.x - v.task.a.w;
             EtTask next;
-            if (k + 1 < n) { next.id = s_id[k + 1]; next.a = s_rec[2 * k + 2]; next.b = s_rec[2 * k + 3]; }
+            if (k + 1 < n) { next.id = ch.id[k + 1]; next.a = ch.rec[2 * k + 2]; next.b = ch.rec[2 * k + 3]; }
             if (!et_do_task<false>(A, v, k + 1 < n ? &next : nullptr, fetch_ns)) return false;
         }
         w0 += nw;
@@ -561,7 +590,8 @@ __device__ __forceinline__ void et_prof_cta(const long long* A, int which, u64 t
         et_reset_next(A);                                                                     \
         run(A);                                                                               \
         et_prof_cta(A, 1, ET_PROF ? et_globaltimer() : 0);                                    \
-        if (threadIdx.x == 0) args[ET_SLOTS + 6 * gridDim.x + blockIdx.x] = epoch + 1;        \
+        if (threadIdx.x == 0)                                                                 \
+            args[ET_SLOTS + (6 + ET_SLAB_WORDS) * gridDim.x + blockIdx.x] = epoch + 1;        \
     }
 
 // The stage-per-kernel baseline (the same tile bodies, one launch per task grid, kernel
