@@ -105,27 +105,46 @@ def independent(k: int):
 def bench_hop(n: int, iters: int) -> dict:
     """Per hop of the chains; for the chain with tile bodies also a profiled launch's split of
     a hop into the task's own time (wait satisfied -> notifies issued) and the signal time
-    (notifies issued -> the next task's wait satisfied), medians over the chain. The bare
-    chain also with 2 and 4 polls in flight per wait (ET_POLL_DEPTH)."""
+    (notifies issued -> the next task's wait satisfied), medians over the chain."""
     out = {}
-    for label, program, x, knobs in (
-            ("with_tile", chain(n), {"A": torch.rand(n + 1, 1, device="cuda")}, {}),
-            ("bare", chain_nop(n), {}, {}),
-            ("bare_poll2", chain_nop(n), {}, {"ET_POLL_DEPTH": 2}),
-            ("bare_poll4", chain_nop(n), {}, {"ET_POLL_DEPTH": 4, "ET_POLL_STAGGER": 150})):
-        mk = Megakernel(program, "static", policy="round_robin", knobs=knobs)
+    for label, program, x in (("with_tile", chain(n), {"A": torch.rand(n + 1, 1, device="cuda")}),
+                              ("bare", chain_nop(n), {})):
+        mk = Megakernel(program, "static", policy="round_robin")
         st = mk.launch({}, x)
         mk.sync(st)
         ms = timed(captured(lambda mk=mk, st=st: mk.relaunch(st)).replay, iters, 3)
-        out[label] = {"tasks": n, "ms": ms, "us_per_hop": ms * 1e3 / n, "knobs": knobs}
+        out[label] = {"tasks": n, "ms": ms, "us_per_hop": ms * 1e3 / n}
         st = mk.launch({}, x, profile=True)
         mk.sync(st)
-        prof = st.arrays["prof"].cpu().numpy()[:4 * st.tables.bound.num_tasks]
-        prof = prof.reshape(-1, 4).astype(np.float64)
-        link = slice(1, n + 1)  # task ids of the chain's links, in chain order
-        start, end = prof[link, 1], prof[link, 2]
+        links = mk.profile(st).tasks[1:n + 1].astype(np.float64)  # the links, in chain order
+        start, end = links[:, 1], links[:, 5]
         out[label]["task_us"] = float(np.median(end - start)) / 1e3
         out[label]["signal_us"] = float(np.median(start[1:] - end[:-1])) / 1e3
+        out[label]["anatomy"] = anatomy(mk, st)
+    return out
+
+
+def anatomy(mk, st) -> dict:
+    """Where a profiled launch's time goes, medians in µs: per CTA, kernel entry -> launch
+    arguments loaded -> next launch's state reset -> first task fetched; per task grid, the
+    phases of its tasks (`runtime.TASK_PHASES`: fetched -> waits satisfied -> body done ->
+    barrier passed -> release fence done -> notifies issued)."""
+    prof = mk.profile(st)
+    ran, b = prof.ran, st.tables.bound
+    first = {}
+    for t in ran:
+        first[prof.sm[t]] = min(first.get(prof.sm[t], prof.tasks[t, 0]), prof.tasks[t, 0])
+    ctas = np.array(sorted(first))
+    med = (lambda a: round(float(np.median(a)) / 1e3, 3))  # noqa: E731
+    out = {"cta": {"args": med(prof.cta[ctas, 1] - prof.cta[ctas, 0]),
+                   "reset": med(prof.cta[ctas, 2] - prof.cta[ctas, 1]),
+                   "to_first_fetch": med([first[c] for c in ctas] - prof.cta[ctas, 2])}}
+    steps = ("wait", "body", "barrier", "fence", "notify")
+    for gi, g in enumerate(mk.program.grids):
+        sel = ran[b.task_grid[ran] == gi]
+        if sel.size:
+            d = np.diff(prof.tasks[sel].astype(np.int64), axis=1)
+            out[g.name] = {k: med(d[:, i]) for i, k in enumerate(steps)}
     return out
 
 
@@ -155,6 +174,7 @@ def bench_launch_floor(iters: int) -> dict:
     st = mk.launch({}, {}, profile=True)
     mk.sync(st)
     out.update(prologue_epilogue(mk.trace(st, "launch floor")))
+    out["anatomy"] = anatomy(mk, st)
     return out
 
 
@@ -250,7 +270,8 @@ def bench_examples(iters: int, out: Path) -> list[dict]:
                 tag = "_".join([name, mode] + [f"{k}{v}" for k, v in env.items()])
                 tr.save_json(out / f"trace_{tag}.json")
                 row[f"megakernel_{mode}_profile"] = {"makespan_us": tr.makespan_us,
-                                                      **prologue_epilogue(tr)}
+                                                      **prologue_epilogue(tr),
+                                                      "anatomy": anatomy(mk, st)}
         rows.append(row)
         print(json.dumps(row))
     return rows
@@ -288,9 +309,6 @@ def markdown(r: dict) -> str:
              "## Runtime overheads", "", "| measure | ours | target |", "|---|---|---|",
              f"| dependent hop, bare (chain of {hop['bare']['tasks']} `nop` tasks across SMs) | "
              f"{hop['bare']['us_per_hop']:.2f} us | <= 0.85 us (hand-written: 0.82 us) |",
-             f"| the same with 2 / 4 polls in flight per wait (ET_POLL_DEPTH) | "
-             f"{hop['bare_poll2']['us_per_hop']:.2f} / {hop['bare_poll4']['us_per_hop']:.2f} us "
-             "| - |",
              f"| dependent hop with a 1-element tile body (load, store) | "
              f"{hop['with_tile']['us_per_hop']:.2f} us | - |",
              f"| its split (profiled, medians): task (wait satisfied -> notified) / signal "
@@ -344,6 +362,25 @@ def markdown(r: dict) -> str:
             lines.append(f"|  | profiled {mode}: makespan {pr['makespan_us']:.2f} us, prologue "
                          f"{pr['prologue_us']:.2f} us, epilogue {pr['epilogue_us']:.2f} us "
                          "|||||||||||")
+    lines += ["", "## Where the time goes (profiled launches, medians in us)", "",
+              "Per CTA: kernel entry -> launch arguments loaded (`args`) -> next launch's state "
+              "reset (`reset`) -> first task fetched. Per task grid: fetched -> waits satisfied "
+              "(`wait`) -> body done by thread 0 (`body`) -> CTA barrier passed (`barrier`) -> "
+              "release fence done (`fence`) -> notifies issued (`notify`).", "",
+              "| launch | CTA args / reset / to first fetch | task grid: wait / body / barrier / "
+              "fence / notify |", "|---|---|---|"]
+    cases = [("launch floor (one nop per SM)", r["launch"]["anatomy"]),
+             ("bare hop chain", hop["bare"]["anatomy"]),
+             ("hop chain, 1-element tiles", hop["with_tile"]["anatomy"])]
+    cases += [(f"{e['example']} {e['binding']} static{m.removeprefix('static')}",
+               e[f"megakernel_{m}_profile"]["anatomy"]) for e in r["examples"]
+              for m in ("static", "static_x2")]
+    for label, a in cases:
+        c = a["cta"]
+        grids = "; ".join(f"{g}: " + " / ".join(f"{v:.2f}" for v in ph.values())
+                          for g, ph in a.items() if g != "cta")
+        lines.append(f"| {label} | {c['args']:.2f} / {c['reset']:.2f} / "
+                     f"{c['to_first_fetch']:.2f} | {grids} |")
     if "trace" in r:
         t = r["trace"]
         lines += ["", f"Profiled static launch, symbolic batch B = 64: measured makespan "

@@ -248,9 +248,9 @@ def test_stage_kernels_refuse_guarded_grids():
 
 def test_knobs_are_defined_before_the_device_library_and_checked():
     p = program_for("splitk_rowsum", "static")
-    src = generate(p, "static", knobs={"ET_POLL_DEPTH": 4, "ET_POLL_STAGGER": 150})
-    assert src.index("#define ET_POLL_DEPTH 4") < src.index('#include "eventtensor/runtime.cuh"')
+    src = generate(p, "static", knobs={"ET_SPIN_NS": 50000, "ET_SLEEP_NS": 128})
+    assert src.index("#define ET_SPIN_NS 50000") < src.index('#include "eventtensor/runtime.cuh"')
     compile_source(src, kernel_name(p, "static"))
     with pytest.raises(ValueError, match="knob ET_CHUNK=8: the device library's knobs are "
-                                         "ET_POLL_DEPTH, ET_POLL_STAGGER"):
+                                         "ET_SPIN_NS, ET_SLEEP_NS"):
         generate(p, "static", knobs={"ET_CHUNK": 8})

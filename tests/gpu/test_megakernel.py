@@ -264,6 +264,10 @@ def test_profile_trace_has_every_task():
     assert len(entry) == len(exit_) == mk.num_ctas
     for s in tr.spans:  # each task ran between its CTA's kernel entry and exit
         assert entry[s.sm] <= s.fetch_us and s.end_us <= exit_[s.sm]
+    prof = mk.profile(st)  # every task's phases in order, every CTA's too
+    assert len(prof.ran) == st.tables.bound.num_tasks
+    assert (np.diff(prof.tasks[prof.ran].astype(np.int64), axis=1) >= 0).all()
+    assert (np.diff(prof.cta.astype(np.int64), axis=1) >= 0).all()
 
 
 @pytest.mark.parametrize("name, bindings", [

@@ -23,7 +23,7 @@ SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.
 MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 # device-library settings a kernel may override (runtime.cuh documents each)
-KNOBS = ("ET_POLL_DEPTH", "ET_POLL_STAGGER", "ET_SPIN_NS", "ET_SLEEP_NS")
+KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS")
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)

@@ -106,6 +106,25 @@ def symbol_slots(p: Program, env: Mapping[str, int], tens: Mapping[str, Any]) ->
     return slots
 
 
+# Profiling buffer (runtime.cuh ET_PROF_TASK, ET_PROF_CTA): words per task, then per CTA.
+PROF_TASK, PROF_CTA = 8, 4
+TASK_PHASES = ("fetched", "waited", "body", "barrier", "fence", "notified")
+CTA_PHASES = ("entry", "args", "reset", "exit")
+
+
+@dataclass
+class Profile:
+    """A profiled launch's global-timer stamps (ns). `tasks[t]`: one column per TASK_PHASES
+    (fetched, waits satisfied, body done by thread 0, barrier after the body passed, release
+    fence done, notifies issued); `sm[t]`: the CTA that ran it; `cta[c]`: one column per
+    CTA_PHASES (kernel entry, launch arguments loaded, next launch's state reset, exit);
+    `ran`: the tasks that ran (guarded ones did not)."""
+    tasks: np.ndarray
+    sm: np.ndarray
+    cta: np.ndarray
+    ran: np.ndarray
+
+
 @dataclass
 class _State:
     tables: Tables
@@ -255,7 +274,7 @@ class Megakernel:
         (each its own static queue: more CTAs hide more memory latency, with fewer registers
         each); `dynamic_grids` (hybrid mode): the grids run from the device queue, by default
         the data-dependent ones (`default_dynamic_grids`); `knobs`: device-library settings
-        (`codegen.KNOBS`, e.g. ET_POLL_DEPTH)."""
+        (`codegen.KNOBS`, e.g. ET_SPIN_NS)."""
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
@@ -361,9 +380,8 @@ class Megakernel:
         b = st.tables.bound
         tens = bind_tensors(self.program, b.tensor_shapes, tensors, st.owned)
         st.arrays["tensors"] = tens
-        # per task: fetched, waits satisfied, notified, SM; then per CTA: entry, exit (ns)
-        prof = torch.zeros(4 * b.num_tasks + 2 * self.num_ctas, dtype=torch.int64,
-                           device="cuda") if profile else None
+        prof = torch.zeros(PROF_TASK * b.num_tasks + PROF_CTA * self.num_ctas,
+                           dtype=torch.int64, device="cuda") if profile else None
         st.arrays["prof"] = prof
         a = st.arrays
         slots = symbol_slots(self.program, b.env, tens)
@@ -443,23 +461,27 @@ class Megakernel:
         self.sync(st)
         return st.arrays["tensors"]
 
+    def profile(self, st: _State) -> Profile:
+        """The timestamps of a profiled launch (`launch(..., profile=True)`), in ns."""
+        b = st.tables.bound
+        raw = st.arrays["prof"].cpu().numpy()
+        tasks = raw[:PROF_TASK * b.num_tasks].reshape(-1, PROF_TASK)
+        return Profile(tasks[:, :6], tasks[:, 6], raw[PROF_TASK * b.num_tasks:].reshape(
+            -1, PROF_CTA), np.flatnonzero(tasks[:, 5] > 0))
+
     def trace(self, st: _State, title: str) -> Trace:
         """The per-task timestamps of a profiled launch as a measured `Trace` (µs); its meta
         holds each CTA's kernel entry and exit (`cta_entry_us`, `cta_exit_us`, the same
         origin: the earliest fetch)."""
-        b, p = st.tables.bound, self.program
-        raw = st.arrays["prof"].cpu().numpy()
-        prof = raw[:4 * b.num_tasks].reshape(-1, 4)
-        cta = raw[4 * b.num_tasks:].reshape(-1, 2)
-        ran = np.flatnonzero(prof[:, 2] > 0)
-        t0 = prof[ran, 0].min() if ran.size else 0
+        b, p, prof = st.tables.bound, self.program, self.profile(st)
+        t0 = prof.tasks[prof.ran, 0].min() if prof.ran.size else 0
         spans = []
-        for t in ran:
+        for t in prof.ran:
             g = p.grids[b.task_grid[t]]
-            f, s, e, sm = (int(v) for v in prof[t])
-            spans.append(TaskSpan(sm, b.task_name(int(t)), g.kind, g.name, (s - t0) / 1e3,
-                                  (e - t0) / 1e3, (f - t0) / 1e3))
+            f, s, e = (int(prof.tasks[t, k]) for k in (0, 1, 5))
+            spans.append(TaskSpan(int(prof.sm[t]), b.task_name(int(t)), g.kind, g.name,
+                                  (s - t0) / 1e3, (e - t0) / 1e3, (f - t0) / 1e3))
         us = (lambda v: [round((int(x) - int(t0)) / 1e3, 4) for x in v])  # noqa: E731
         return Trace(title, "measured", self.num_ctas, spans,
                      {"mode": self.mode, "binding": dict(b.env), "program": p.name,
-                      "cta_entry_us": us(cta[:, 0]), "cta_exit_us": us(cta[:, 1])})
+                      "cta_entry_us": us(prof.cta[:, 0]), "cta_exit_us": us(prof.cta[:, 3])})

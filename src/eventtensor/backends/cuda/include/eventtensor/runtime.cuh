@@ -58,28 +58,14 @@ __device__ void et_fail(long long* err, int* abort_flag, long long task, long lo
 }
 
 // Waits poll without sleeping for ET_SPIN_NS (a dependent hop must not pay a sleep's wake-up
-// latency), checking the abort flag and the watchdog every 32 rounds of polls; longer waits
-// sleep ET_SLEEP_NS between rounds. ET_POLL_DEPTH polls are in flight at once, issued
-// ET_POLL_STAGGER cycles apart: the counter is sampled ET_POLL_DEPTH times per memory round
-// trip, so a notify is seen sooner after it lands.
+// latency), checking the abort flag and the watchdog every 32 polls; longer waits sleep
+// ET_SLEEP_NS between polls. (More than one poll in flight, staggered, measured slower.)
 #ifndef ET_SPIN_NS
 #define ET_SPIN_NS 200000ull
 #endif
 #ifndef ET_SLEEP_NS
 #define ET_SLEEP_NS 256
 #endif
-#ifndef ET_POLL_DEPTH
-#define ET_POLL_DEPTH 1
-#endif
-#ifndef ET_POLL_STAGGER
-#define ET_POLL_STAGGER 300
-#endif
-
-__device__ __forceinline__ void et_spin_cycles(long long n) {
-    const long long t0 = clock64();
-    while (clock64() - t0 < n) {
-    }
-}
 
 __device__ __forceinline__ u64 et_ld_relaxed(const u64* p) {
     u64 v;
@@ -236,25 +222,13 @@ __device__ int et_wait(const long long* A, int x, int shift, long long count, lo
     if (!et_satisfied(v, shift, count)) {
         const u64 start = et_globaltimer();
         bool sleepy = false;
-        u64 poll[ET_POLL_DEPTH];  // loads in flight, oldest first
-#pragma unroll
-        for (int d = 0; d < ET_POLL_DEPTH; ++d) {
-            if (d) et_spin_cycles(ET_POLL_STAGGER);
-            poll[d] = et_ld_relaxed(counter);
-        }
-        for (unsigned rounds = 1;; ++rounds) {
-            bool done = false;
-#pragma unroll
-            for (int d = 0; d < ET_POLL_DEPTH && !done; ++d) {
-                v = poll[d];  // the oldest load in flight
-                done = et_satisfied(v, shift, count);
-                if (!done) poll[d] = et_ld_relaxed(counter);  // in flight again, newest
-            }
-            if (done) break;
+        for (unsigned polls = 1;; ++polls) {
+            v = et_ld_relaxed(counter);
+            if (et_satisfied(v, shift, count)) break;
 #ifdef ET_HYBRID
-            if (nest && rounds % 4 == 0 && (*nest = et_try_pop(A)) >= 0) return ET_WAIT_NEST;
+            if (nest && polls % 4 == 0 && (*nest = et_try_pop(A)) >= 0) return ET_WAIT_NEST;
 #endif
-            if (rounds % 32 == 0) {
+            if (polls % 32 == 0) {
                 if (*(volatile int*)ET_ABORT) return ET_WAIT_ABORT;
                 const u64 waited = et_globaltimer() - start;
                 if (waited > ET_WATCHDOG_NS) {
@@ -299,6 +273,19 @@ __device__ void et_release_consumers(const long long* A, int x) {
     }
 }
 
+// Profiling (ET_PROF set): per task ET_PROF_TASK words: when it was fetched, its waits
+// satisfied, its body done (thread 0), the barrier after it passed, the release fence done,
+// its notifies issued (global timer, ns), its SM; then per CTA ET_PROF_CTA words: kernel
+// entry, launch arguments loaded, next launch's state reset, exit.
+#define ET_PROF_TASK 8
+#define ET_PROF_CTA 4
+__device__ __forceinline__ void et_stamp(const long long* A, int task, int k) {
+    if (ET_PROF) ET_PROF[ET_PROF_TASK * task + k] = et_globaltimer();
+}
+__device__ __forceinline__ void et_stamp_cta(const long long* A, int k, u64 t) {
+    if (threadIdx.x == 0 && ET_PROF) ET_PROF[ET_PROF_TASK * ET_NUM_TASKS + ET_PROF_CTA * blockIdx.x + k] = t;
+}
+
 // One task as the CTA sees it: its record and its wait and notify lists (in shared memory
 // when staged, else in global memory).
 struct EtView {
@@ -326,10 +313,9 @@ __device__ int et_wait_task(const long long* A, const EtView& v, int* nest) {
     return ok;
 }
 
-// Thread 0, after the CTA barrier that follows the body: the notifies of `v`, behind one
-// release fence (the barrier and the fence publish the CTA's stores).
+// Thread 0, after the CTA barrier that follows the body and a release fence (together they
+// publish the CTA's stores): the notifies of `v`.
 __device__ void et_notify_task(const long long* A, const EtView& v) {
-    if (v.num_notifies) et_fence_release();
     for (int i = 0; i < v.num_notifies; ++i) {
         const int r = v.notifies[i];
         const int x = r & ET_ELEM_MASK;
@@ -385,18 +371,23 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
         }
     }
     if (threadIdx.x == 0 && ET_PROF) {
-        ET_PROF[4 * v.task.id] = fetch_ns;
-        ET_PROF[4 * v.task.id + 1] = et_globaltimer();
+        ET_PROF[ET_PROF_TASK * v.task.id] = fetch_ns;
+        et_stamp(A, v.task.id, 1);
     }
     if (ok == 0) return false;
     if (ok == 1) et_run_task(A, v.task);
+    if (threadIdx.x == 0) et_stamp(A, v.task.id, 2);
     __syncthreads();
     if (threadIdx.x != 0) {
         if (next) et_prefetch(A, *next);
     } else {
+        et_stamp(A, v.task.id, 3);
         if (ok == 1) {
+            if (v.num_notifies) et_fence_release();
+            et_stamp(A, v.task.id, 4);
             et_notify_task(A, v);
-            if (ET_PROF) { ET_PROF[4 * v.task.id + 2] = et_globaltimer(); ET_PROF[4 * v.task.id + 3] = blockIdx.x; }
+            et_stamp(A, v.task.id, 5);
+            if (ET_PROF) ET_PROF[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
         }
         if (DYNAMIC) {
             et_retire(A, v.task);
@@ -470,11 +461,16 @@ __device__ __forceinline__ long long et_load_args(long long* A, const long long*
         const long long other = pair >= 0 ? args[pair] : own;
         A[i] = (epoch & 1) ? other : own;
     }
-    if (ET_STATIC_QUEUE) {
+    if (ET_STATIC_QUEUE) {  // two 16-byte words per thread, both loads issued before a store
         const int4* slab = reinterpret_cast<const int4*>(slabs + ET_SLAB_WORDS * blockIdx.x);
         int4* chunk = reinterpret_cast<int4*>(&et_chunk());
-        for (int k = threadIdx.x; k < (int)sizeof(EtChunk) / 16; k += blockDim.x)
-            chunk[k] = slab[k];
+        const int words = (int)sizeof(EtChunk) / 16, k0 = threadIdx.x, k1 = k0 + blockDim.x;
+        int4 a, b;
+        if (k0 < words) a = slab[k0];
+        if (k1 < words) b = slab[k1];
+        for (int k = k1 + blockDim.x; k < words; k += blockDim.x) chunk[k] = slab[k];
+        if (k0 < words) chunk[k0] = a;
+        if (k1 < words) chunk[k1] = b;
     }
     __syncthreads();
     return epoch;
@@ -572,12 +568,6 @@ __device__ void et_run_hybrid(const long long* A) {
     if (et_static_loop(A)) et_dynamic_loop(A);
 }
 
-// Profiling: when the CTA entered the kernel and when it left its loops, after the per-task
-// timestamps (4 per task) in ET_PROF.
-__device__ __forceinline__ void et_prof_cta(const long long* A, int which, u64 t) {
-    if (threadIdx.x == 0 && ET_PROF) ET_PROF[4 * ET_NUM_TASKS + 2 * blockIdx.x + which] = t;
-}
-
 // The kernel of a program: arguments, the next launch's state, the mode's loops, and the
 // CTA's epoch advanced (also after an abort: the host resets all state then, see sync()).
 #define ET_KERNEL(name, run, ctas_per_sm)                                                    \
@@ -586,10 +576,12 @@ __device__ __forceinline__ void et_prof_cta(const long long* A, int which, u64 t
         __shared__ long long A[ET_SLOTS];                                                     \
         const u64 entry_ns = et_globaltimer();                                                \
         const long long epoch = et_load_args(A, args);                                        \
-        et_prof_cta(A, 0, entry_ns);                                                          \
+        et_stamp_cta(A, 0, entry_ns);                                                         \
+        et_stamp_cta(A, 1, ET_PROF ? et_globaltimer() : 0);                                   \
         et_reset_next(A);                                                                     \
+        et_stamp_cta(A, 2, ET_PROF ? et_globaltimer() : 0);                                   \
         run(A);                                                                               \
-        et_prof_cta(A, 1, ET_PROF ? et_globaltimer() : 0);                                    \
+        et_stamp_cta(A, 3, ET_PROF ? et_globaltimer() : 0);                                   \
         if (threadIdx.x == 0)                                                                 \
             args[ET_SLOTS + (6 + ET_SLAB_WORDS) * gridDim.x + blockIdx.x] = epoch + 1;        \
     }
