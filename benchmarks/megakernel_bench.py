@@ -234,7 +234,9 @@ def stage_fns(name: str, env: dict, inputs: dict):
 
 
 def bench_examples(iters: int, out: Path) -> list[dict]:
-    rows = []
+    """Each example against its baselines; the profiled static launches' traces go to
+    `example_traces.json` (title -> Perfetto trace)."""
+    rows, traces = [], {}
     for name, env in (("splitk_rowsum", {"n": 256}), ("symbolic_batch", {"B": 64}),
                       ("symbolic_batch", {"B": 1})):
         ex = EXAMPLES[name]
@@ -268,12 +270,13 @@ def bench_examples(iters: int, out: Path) -> list[dict]:
                 mk.sync(st)
                 tr = mk.trace(st, f"{name} {mode} {env}")
                 tag = "_".join([name, mode] + [f"{k}{v}" for k, v in env.items()])
-                tr.save_json(out / f"trace_{tag}.json")
+                traces[tag] = tr.to_chrome()
                 row[f"megakernel_{mode}_profile"] = {"makespan_us": tr.makespan_us,
                                                       **prologue_epilogue(tr),
                                                       "anatomy": anatomy(mk, st)}
         rows.append(row)
         print(json.dumps(row))
+    (out / "example_traces.json").write_text(json.dumps(traces))
     return rows
 
 
