@@ -79,6 +79,20 @@ def chain(n: int):
     return pb.build()
 
 
+def chain_blocks(n: int):
+    """The chain with split-K's partial-sum tile: each link sums a 32 x 32 block of A."""
+    pb = ProgramBuilder(f"chain_blocks{n}")
+    pb.input("A", (32 * (n + 1), 32))
+    pb.temp("T", (32 * (n + 1), 1))
+    pb.event("E", (n + 1,))
+    pb.grid("start", "row_sum", "i", (1,), reads={"A": "0:32, :"}, writes={"T": "0:32, :"},
+            notify={"E": "i->0"})
+    pb.grid("link", "row_sum", "i", (n,), reads={"A": "32*i + 32:32*i + 64, :"},
+            writes={"T": "32*i + 32:32*i + 64, :"}, wait={"E": "i->i"},
+            notify={"E": "i->i + 1"})
+    return pb.build()
+
+
 def chain_nop(n: int):
     """The same chain with tasks that only wait and notify: the bare notify/wait hop."""
     pb = ProgramBuilder(f"chain_nop{n}")
@@ -107,16 +121,20 @@ def bench_hop(n: int, iters: int) -> dict:
     a hop into the task's own time (wait satisfied -> notifies issued) and the signal time
     (notifies issued -> the next task's wait satisfied), medians over the chain."""
     out = {}
-    for label, program, x in (("with_tile", chain(n), {"A": torch.rand(n + 1, 1, device="cuda")}),
-                              ("bare", chain_nop(n), {})):
+    nb = n // 5
+    for label, n_links, program, x in (
+            ("with_tile", n, chain(n), {"A": torch.rand(n + 1, 1, device="cuda")}),
+            ("with_block", nb, chain_blocks(nb),
+             {"A": torch.rand(32 * (nb + 1), 32, device="cuda")}),
+            ("bare", n, chain_nop(n), {})):
         mk = Megakernel(program, "static", policy="round_robin")
         st = mk.launch({}, x)
         mk.sync(st)
         ms = timed(captured(lambda mk=mk, st=st: mk.relaunch(st)).replay, iters, 3)
-        out[label] = {"tasks": n, "ms": ms, "us_per_hop": ms * 1e3 / n}
+        out[label] = {"tasks": n_links, "ms": ms, "us_per_hop": ms * 1e3 / n_links}
         st = mk.launch({}, x, profile=True)
         mk.sync(st)
-        links = mk.profile(st).tasks[1:n + 1].astype(np.float64)  # the links, in chain order
+        links = mk.profile(st).tasks[1:n_links + 1].astype(np.float64)  # the links, in order
         start, end = links[:, 1], links[:, 5]
         out[label]["task_us"] = float(np.median(end - start)) / 1e3
         out[label]["signal_us"] = float(np.median(start[1:] - end[:-1])) / 1e3
@@ -314,6 +332,8 @@ def markdown(r: dict) -> str:
              f"{hop['bare']['us_per_hop']:.2f} us | <= 0.85 us (hand-written: 0.82 us) |",
              f"| dependent hop with a 1-element tile body (load, store) | "
              f"{hop['with_tile']['us_per_hop']:.2f} us | - |",
+             f"| dependent hop with split-K's 32 x 32 partial-sum tile | "
+             f"{hop['with_block']['us_per_hop']:.2f} us | - |",
              f"| its split (profiled, medians): task (wait satisfied -> notified) / signal "
              f"(notified -> next wait satisfied) | {hop['with_tile']['task_us']:.2f} / "
              f"{hop['with_tile']['signal_us']:.2f} us | - |",
@@ -374,7 +394,8 @@ def markdown(r: dict) -> str:
               "fence / notify |", "|---|---|---|"]
     cases = [("launch floor (one nop per SM)", r["launch"]["anatomy"]),
              ("bare hop chain", hop["bare"]["anatomy"]),
-             ("hop chain, 1-element tiles", hop["with_tile"]["anatomy"])]
+             ("hop chain, 1-element tiles", hop["with_tile"]["anatomy"]),
+             ("hop chain, 32 x 32 tiles", hop["with_block"]["anatomy"])]
     cases += [(f"{e['example']} {e['binding']} static{m.removeprefix('static')}",
                e[f"megakernel_{m}_profile"]["anatomy"]) for e in r["examples"]
               for m in ("static", "static_x2")]

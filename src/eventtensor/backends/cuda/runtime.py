@@ -27,7 +27,7 @@ from ...trace import TaskSpan, Trace
 from .codegen import CTYPE, MAX_SLOTS, SYM_BASE, UnsupportedOnGpu, generate, kernel_name
 from .compiler import compile_source
 
-THREADS = 256
+THREADS = 256  # threads per CTA (runtime.cuh ET_THREADS)
 
 
 def torch_dtype(t: TensorDecl):

@@ -401,20 +401,30 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
 }
 
 // The slot holding the other launch parity's copy of slot i (see ET_NEXT_COUNTER), or -1.
+// Compares, not a switch: every thread of the CTA asks for its own slot at once.
 __device__ __forceinline__ int et_parity_pair(int i) {
-    switch (i) {
-    case 9: return 43;
-    case 13: return 44;
-    case 17: return 45;
-    case 18: return 46;
-    case 30: return 47;
-    case 43: return 9;
-    case 44: return 13;
-    case 45: return 17;
-    case 46: return 18;
-    case 47: return 30;
-    default: return -1;
+    const int own[5] = {9, 13, 17, 18, 30};
+    int pair = -1;
+#pragma unroll
+    for (int k = 0; k < 5; ++k) {
+        if (i == own[k]) pair = 43 + k;
+        if (i == 43 + k) pair = own[k];
     }
+    return pair;
+}
+
+// A plain global load the compiler issues where it stands (not sunk into a branch on a value
+// loaded in the same round).
+__device__ __forceinline__ long long et_ld_now(const long long* p) {
+    long long v;
+    asm volatile("ld.global.b64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ int4 et_ld_now(const int4* p) {
+    int4 v;
+    asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
 }
 
 // Static queue walker. The CTA stages its queue in chunks of ET_CHUNK tasks: task ids and
@@ -425,6 +435,10 @@ __device__ __forceinline__ int et_parity_pair(int i) {
 #define ET_CHUNK 32
 #define ET_CHUNK_WAITS 256
 #define ET_CHUNK_NOTIFIES 256
+#define ET_THREADS 256  // threads per CTA (runtime.py THREADS): one per staged word
+static_assert(ET_THREADS >= ET_SLOTS && ET_THREADS >= 2 * ET_CHUNK &&
+              ET_THREADS >= ET_CHUNK_WAITS && ET_THREADS >= ET_CHUNK_NOTIFIES,
+              "the launch arguments and each chunk part are staged one word per thread");
 struct EtChunk {
     int4 rec[2 * ET_CHUNK];
     int2 wait[ET_CHUNK_WAITS];
@@ -450,28 +464,28 @@ __device__ __forceinline__ EtChunk& et_chunk() {
 // Kernel entry, all threads, one round of loads: the launch arguments into the shared slots A
 // (see ET_SM_ARGS), the slots of the launch's parity copy swapped in, and the CTA's first
 // chunk into et_chunk(). The launch arguments are: ET_SLOTS slots, 6 stream bounds per CTA,
-// one slab per CTA (ET_SLAB_WORDS), one epoch per CTA. Returns the CTA's epoch.
+// one slab per CTA (ET_SLAB_WORDS), one epoch per CTA. Every load is issued before any value
+// is used. Returns the CTA's epoch.
 __device__ __forceinline__ long long et_load_args(long long* A, const long long* args) {
     const long long* slabs = args + ET_SLOTS + 6 * gridDim.x;
-    const long long epoch = slabs[ET_SLAB_WORDS * gridDim.x + blockIdx.x];
-    for (int i = threadIdx.x; i < ET_SLOTS; i += blockDim.x) {
-        const int pair = et_parity_pair(i);
-        const long long own = i >= ET_SM_ARGS && i < ET_SM_ARGS + 6
-                                  ? args[ET_SLOTS + 6 * blockIdx.x + (i - ET_SM_ARGS)] : args[i];
-        const long long other = pair >= 0 ? args[pair] : own;
-        A[i] = (epoch & 1) ? other : own;
-    }
-    if (ET_STATIC_QUEUE) {  // two 16-byte words per thread, both loads issued before a store
-        const int4* slab = reinterpret_cast<const int4*>(slabs + ET_SLAB_WORDS * blockIdx.x);
-        int4* chunk = reinterpret_cast<int4*>(&et_chunk());
-        const int words = (int)sizeof(EtChunk) / 16, k0 = threadIdx.x, k1 = k0 + blockDim.x;
-        int4 a, b;
-        if (k0 < words) a = slab[k0];
-        if (k1 < words) b = slab[k1];
-        for (int k = k1 + blockDim.x; k < words; k += blockDim.x) chunk[k] = slab[k];
-        if (k0 < words) chunk[k0] = a;
-        if (k1 < words) chunk[k1] = b;
-    }
+    const int i = threadIdx.x, pair = et_parity_pair(i);
+    const bool sm_arg = i >= ET_SM_ARGS && i < ET_SM_ARGS + 6;
+    const long long* own_at = sm_arg ? args + ET_SLOTS + 6 * blockIdx.x + (i - ET_SM_ARGS)
+                                     : args + min(i, ET_SLOTS - 1);
+    const long long epoch = et_ld_now(slabs + ET_SLAB_WORDS * gridDim.x + blockIdx.x);
+    const long long own = et_ld_now(own_at);
+    const long long other = et_ld_now(pair >= 0 ? args + pair : own_at);
+    const int4* slab = reinterpret_cast<const int4*>(slabs + ET_SLAB_WORDS * blockIdx.x);
+    const int words = ET_STATIC_QUEUE ? (int)sizeof(EtChunk) / 16 : 0;
+    const int k0 = i, k1 = i + blockDim.x;
+    int4 a = {}, b = {};
+    if (k0 < words) a = et_ld_now(slab + k0);
+    if (k1 < words) b = et_ld_now(slab + k1);
+    int4* chunk = reinterpret_cast<int4*>(&et_chunk());
+    for (int k = k1 + blockDim.x; k < words; k += blockDim.x) chunk[k] = slab[k];
+    if (k0 < words) chunk[k0] = a;
+    if (k1 < words) chunk[k1] = b;
+    if (i < ET_SLOTS) A[i] = (epoch & 1) ? other : own;
     __syncthreads();
     return epoch;
 }
@@ -498,15 +512,21 @@ __device__ bool et_static_loop(const long long* A) {
         const int w_have = min(ET_CHUNK_WAITS, w_end - w0);
         const int n_have = min(ET_CHUNK_NOTIFIES, n_end - n0);
         if (p0 != lo) {  // the first chunk came with the launch arguments
+            // one word of each part per thread (blockDim.x >= every part's length), all
+            // loaded before any is stored: one round of loads
+            const int k = threadIdx.x;
+            int4 rec = {};
+            int2 w = {};
+            int id = 0, nt = 0;
+            if (k < 2 * n) rec = ET_STREAM_REC[2 * p0 + k];
+            if (k < n) id = ET_QUEUE_TASK[p0 + k];
+            if (k < w_have) w = ET_STREAM_WAIT[w0 + k];
+            if (k < n_have) nt = ET_STREAM_NOTIFY[n0 + k];
             __syncthreads();  // the previous chunk is no longer read
-            for (int k = threadIdx.x; k < 2 * n; k += blockDim.x) {
-                ch.rec[k] = ET_STREAM_REC[2 * p0 + k];
-                if (k < n) ch.id[k] = ET_QUEUE_TASK[p0 + k];
-            }
-            for (int k = threadIdx.x; k < w_have; k += blockDim.x)
-                ch.wait[k] = ET_STREAM_WAIT[w0 + k];
-            for (int k = threadIdx.x; k < n_have; k += blockDim.x)
-                ch.notify[k] = ET_STREAM_NOTIFY[n0 + k];
+            if (k < 2 * n) ch.rec[k] = rec;
+            if (k < n) ch.id[k] = id;
+            if (k < w_have) ch.wait[k] = w;
+            if (k < n_have) ch.notify[k] = nt;
             __syncthreads();
         }
         const int nw = ch.rec[2 * n - 2].z - w0, nn = ch.rec[2 * n - 1].x - n0;
@@ -571,7 +591,7 @@ __device__ void et_run_hybrid(const long long* A) {
 // The kernel of a program: arguments, the next launch's state, the mode's loops, and the
 // CTA's epoch advanced (also after an abort: the host resets all state then, see sync()).
 #define ET_KERNEL(name, run, ctas_per_sm)                                                    \
-    extern "C" __global__ void __launch_bounds__(256, ctas_per_sm)                           \
+    extern "C" __global__ void __launch_bounds__(ET_THREADS, ctas_per_sm)                           \
         name(long long* __restrict__ args) {                                                  \
         __shared__ long long A[ET_SLOTS];                                                     \
         const u64 entry_ns = et_globaltimer();                                                \
