@@ -279,8 +279,8 @@ __device__ void et_release_consumers(const long long* A, int x) {
 // entry, launch arguments loaded, next launch's state reset, exit.
 #define ET_PROF_TASK 8
 #define ET_PROF_CTA 4
-__device__ __forceinline__ void et_stamp(const long long* A, int task, int k) {
-    if (ET_PROF) ET_PROF[ET_PROF_TASK * task + k] = et_globaltimer();
+__device__ __forceinline__ void et_stamp(u64* prof, int task, int k) {
+    if (prof) prof[ET_PROF_TASK * task + k] = et_globaltimer();
 }
 __device__ __forceinline__ void et_stamp_cta(const long long* A, int k, u64 t) {
     if (threadIdx.x == 0 && ET_PROF) ET_PROF[ET_PROF_TASK * ET_NUM_TASKS + ET_PROF_CTA * blockIdx.x + k] = t;
@@ -370,24 +370,25 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
                 return false;
         }
     }
-    if (threadIdx.x == 0 && ET_PROF) {
-        ET_PROF[ET_PROF_TASK * v.task.id] = fetch_ns;
-        et_stamp(A, v.task.id, 1);
+    u64* const prof = ET_PROF;  // read once: a task's stamps cost no shared-memory loads
+    if (threadIdx.x == 0 && prof) {
+        prof[ET_PROF_TASK * v.task.id] = fetch_ns;
+        et_stamp(prof, v.task.id, 1);
     }
     if (ok == 0) return false;
     if (ok == 1) et_run_task(A, v.task);
-    if (threadIdx.x == 0) et_stamp(A, v.task.id, 2);
+    if (threadIdx.x == 0) et_stamp(prof, v.task.id, 2);
     __syncthreads();
     if (threadIdx.x != 0) {
         if (next) et_prefetch(A, *next);
     } else {
-        et_stamp(A, v.task.id, 3);
+        et_stamp(prof, v.task.id, 3);
         if (ok == 1) {
             if (v.num_notifies) et_fence_release();
-            et_stamp(A, v.task.id, 4);
+            et_stamp(prof, v.task.id, 4);
             et_notify_task(A, v);
-            et_stamp(A, v.task.id, 5);
-            if (ET_PROF) ET_PROF[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
+            et_stamp(prof, v.task.id, 5);
+            if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
         }
         if (DYNAMIC) {
             et_retire(A, v.task);
