@@ -121,6 +121,12 @@ CASES = [
     case("row_sum", Op((40, 50), (0, 0), (40, 50)), Op((40, 1), (0, 0), (40, 1)),
          integers=False),
     case("row_sum", Op((6, 5), (2, 0), (3, 0)), Op((6, 1), (2, 0), (3, 1))),  # k = 0
+    # row_sum over aligned 16-byte words (4 float, 8 bf16): short rows, long rows, bf16
+    case("row_sum", Op((3, 1000), (1, 8), (2, 992)), Op((3, 1), (1, 0), (2, 1)), integers=False),
+    case("row_sum", Op((4, 64), (1, 16), (3, 32), B), Op((4, 1), (1, 0), (3, 1))),
+    case("row_sum", Op((4, 64), (1, 16), (3, 32), B), Op((4, 1), (1, 0), (3, 1), B),
+         integers=False),
+    case("row_sum", Op((300, 8), (0, 0), (300, 8)), Op((300, 1), (0, 0), (300, 1))),
     # sum_partials: split-K reductions, bf16 out, blocks of 4 cells, rows as the partial axis
     case("sum_partials", Op((4, 8, 48), (0, 4, 16), (4, 4, 16)), Op((8, 48), (4, 16), (4, 16))),
     case("sum_partials", Op((2, 7, 32), (0, 4, 16), (2, 3, 16)), Op((7, 32), (4, 16), (3, 16))),
@@ -180,8 +186,10 @@ def reference(kind, vals, ops):
 def c_array(name, dtype, values):
     if dtype == B:
         bits = (np.asarray(values, np.float32).view(np.uint32) >> 16).tolist()
-        return f"static et_bf16 {name}[] = {{{', '.join(f'{{{b}}}' for b in bits)}, {{0}}}};"
-    return f"static float {name}[] = {{{', '.join(repr(float(v)) for v in values)}, 0}};"
+        return (f"alignas(16) static et_bf16 {name}[] = "
+                f"{{{', '.join(f'{{{b}}}' for b in bits)}, {{0}}}};")
+    floats = ", ".join(repr(float(v)) for v in values)
+    return f"alignas(16) static float {name}[] = {{{floats}, 0}};"
 
 
 def c_case(i, kind, ops, rng, integers):

@@ -233,11 +233,59 @@ __device__ __forceinline__ void et_dot2(const A* a, const B* b, O* dst, EtDot2 g
     }
 }
 
+// A 16-byte word of a tile: 4 float or 8 bfloat16 elements, summed as float.
+struct alignas(16) EtWord16 {
+    unsigned u[4];
+};
+__device__ __forceinline__ float et_word_sum(const EtWord16& w, const float*) {
+    return (__uint_as_float(w.u[0]) + __uint_as_float(w.u[1])) +
+           (__uint_as_float(w.u[2]) + __uint_as_float(w.u[3]));
+}
+__device__ __forceinline__ float et_word_sum(const EtWord16& w, const et_bf16*) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        s += __uint_as_float(w.u[i] << 16) + __uint_as_float(w.u[i] & 0xffff0000u);
+    return s;
+}
+
+// Row sums over a contiguous, 16-byte aligned reduction axis: out cell r, at dst[r * g.dr], is
+// the sum of the k elements from a + r * g.ar (g.cols == 1, g.ak == 1, k and g.ar multiples of
+// the V elements of a 16-byte word, a 16-byte aligned). As et_dot2 with words for elements:
+// lane group of q lanes per row, lane p loading words p, p + q, ... (JB of them in flight),
+// so a warp's load covers whole cache lines of 32 / q rows. No barrier.
+template <typename A, typename O>
+__device__ __forceinline__ void et_sum_rows16(const A* a, O* dst, EtDot2 g) {
+    constexpr int V = 16 / sizeof(A), JB = 4;
+    const int words = g.k / V;
+    const int lg = et_split_log2(g.rows, words), q = 1 << lg, p = threadIdx.x & (q - 1);
+    const int step = blockDim.x >> lg;
+    for (int r = threadIdx.x >> lg, r0 = (threadIdx.x & ~31u) >> lg; r0 < g.rows;
+         r += step, r0 += step) {
+        const bool live = r < g.rows;  // else a group of the warp past the last row
+        const EtWord16* row = reinterpret_cast<const EtWord16*>(a + (live ? r : 0) * g.ar);
+        const int n = live ? words : 0;
+        float acc = 0.f;
+        for (int w0 = p; w0 < n; w0 += JB * q) {
+            EtWord16 v[JB];
+#pragma unroll
+            for (int u = 0; u < JB; ++u)
+                if (w0 + u * q < n) v[u] = row[w0 + u * q];
+#pragma unroll
+            for (int u = 0; u < JB; ++u)
+                if (w0 + u * q < n) acc += et_word_sum(v[u], a);
+        }
+        const float sum = et_group_sum(acc, q);
+        if (p == 0 && live) dst[r * g.dr] = et_from_float<O>(sum);
+    }
+}
+
 // The sums of row_sum (keep: t summed over its last axis, kept with extent 1) and sum_partials
 // (t summed over its first axis, removed), broadcast into out as by et_bcast (numpy semantics).
 // Fast path, if t and out are plain and out has extent 1 in all but its last two dimensions:
-// et_dot2, with blocks of 4 cells when there are more cells than threads (a thread's loads of
-// all its cells overlap). Else one thread per out cell.
+// et_sum_rows16 for one sum per row over contiguous, aligned 16-byte words, else et_dot2, with
+// blocks of 4 cells when there are more cells than threads (a thread's loads of all its cells
+// overlap). Else one thread per out cell.
 template <typename S, typename O>
 __device__ __forceinline__ void et_sum(const EtTileT<S>& t, bool keep, const EtTileT<O>& out) {
     const int axis = keep ? t.rank - 1 : 0, vrank = keep ? t.rank : t.rank - 1, R = out.rank;
@@ -256,6 +304,10 @@ __device__ __forceinline__ void et_sum(const EtTileT<S>& t, bool keep, const EtT
         g.ak = (int)t.s[axis];
         g.dr = R >= 2 ? (int)out.s[R - 2] : 0;
         g.dc = R >= 1 ? (int)out.s[R - 1] : 0;
+        constexpr int V = 16 / sizeof(S);
+        if (g.ak == 1 && g.cols == 1 && g.k % V == 0 && g.ar % V == 0 &&
+            reinterpret_cast<unsigned long long>(t.p) % 16 == 0)
+            return et_sum_rows16(t.p, out.p, g);
         if (g.rows * g.cols > (int)blockDim.x && g.cols % 4 == 0)
             return et_dot2<4>(t.p, (const EtOne*)nullptr, out.p, g);
         return et_dot2<1>(t.p, (const EtOne*)nullptr, out.p, g);
