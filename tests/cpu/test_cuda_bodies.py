@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 PATCHES = {
     r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':
         "r.bits = et_host_bf16(v);",
-    r'asm volatile\("prefetch\.global\.\w+ \[%0\];" :: "l"\(t\.p \+ off\)\);': "(void)off;",
+    r'asm volatile\("prefetch\.global\.\w+ \[%0\];" :: "l"\(t\.p \+ off\)\);':
+        "et_host_prefetch(t.p + off);",
 }
 
 SHIM = r"""
@@ -33,6 +34,8 @@ SHIM = r"""
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 #define __device__
@@ -56,6 +59,12 @@ inline float __shfl_xor_sync(unsigned mask, float v, int o) {
     const float r = w.v[(threadIdx.x % 32) ^ o];
     w.bar.arrive_and_wait();
     return r;
+}
+static std::mutex et_prefetch_mutex;
+static std::set<const void*> et_prefetched;
+inline void et_host_prefetch(const void* p) {
+    std::lock_guard<std::mutex> lock(et_prefetch_mutex);
+    et_prefetched.insert(p);
 }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline unsigned short et_host_bf16(float v) {
@@ -224,25 +233,28 @@ def c_case(i, kind, ops, rng, integers):
     return "\n".join(lines), expect
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bodies")
+def run_host(tmp, main_body: str) -> str:
+    """Compile bodies.cuh (host patches applied) with the shim and `main_body`; run it."""
     src = (INCLUDE / "eventtensor" / "bodies.cuh").read_text()
     for pattern, host in PATCHES.items():
         src, count = re.subn(pattern, host, src)
         assert count == 1, f"bodies.cuh: {pattern!r} matched {count} times"
     (tmp / "eventtensor").mkdir()
     (tmp / "eventtensor" / "bodies.cuh").write_text(src)
+    (tmp / "main.cpp").write_text(SHIM + "int main() {\n" + main_body + "\n}\n")
+    subprocess.run([CXX, "-std=c++20", "-O1", "-pthread", f"-I{tmp}", str(tmp / "main.cpp"),
+                    "-o", str(tmp / "main")], check=True, capture_output=True, timeout=300)
+    return subprocess.run([str(tmp / "main")], capture_output=True, text=True, timeout=300,
+                          check=True).stdout
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
     rng = np.random.default_rng(7)
     blocks, expects = zip(*(c_case(i, k, ops, rng, ints) for i, (k, ops, ints) in
                             enumerate(CASES)))
-    (tmp / "main.cpp").write_text(SHIM + "int main() {\n" + "\n".join(blocks) + "\n}\n")
-    subprocess.run([CXX, "-std=c++20", "-O1", "-pthread", f"-I{tmp}", str(tmp / "main.cpp"),
-                    "-o", str(tmp / "main")], check=True, capture_output=True, timeout=300)
-    run = subprocess.run([str(tmp / "main")], capture_output=True, text=True, timeout=300,
-                         check=True)
     got = {}
-    for line in run.stdout.splitlines():
+    for line in run_host(tmp_path_factory.mktemp("bodies"), "\n".join(blocks)).splitlines():
         words = line.split()
         got[int(words[1])] = np.array(words[2:], np.float32)
     return got, expects
@@ -258,3 +270,36 @@ def test_body_matches_numpy(results, i):
     else:  # any summation order, fp32 accumulation, then rounding to the out dtype
         rtol = 2e-2 if ops[-1].dtype == B else 1e-5
         np.testing.assert_allclose(got[i], want, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("op", [
+    Op((64, 128), (32, 32), (32, 32)),                 # split-K's partial-sum tile
+    Op((3, 100, 40), (1, 10, 3), (2, 7, 37)),          # rank 3, rows off line boundaries
+    Op((10, 70), (0, 2), (4, 65), B, idx={0: [7, 2, 2, 9]}),  # gathered rows, bf16
+    Op((300,), (5,), (290,)),                          # rank 1
+])
+def test_prefetch_tile_issues_one_prefetch_per_line_chunk_of_each_row(tmp_path, op):
+    """Warps 1 .. prefetch, for every row of the tile, the addresses of its line-sized
+    chunks (from the row's first element): nothing outside the tile, nothing twice."""
+    ctype = "et_bf16" if op.dtype == B else "float"
+    r = len(op.shape)
+    idx = ", ".join(f"I{d}" if d in op.idx else "nullptr" for d in range(r))
+    body = "\n".join([
+        c_array("T", op.dtype, np.zeros(int(np.prod(op.shape)))),
+        *(f"static const int I{d}[] = {{{', '.join(map(str, pos))}}};"
+          for d, pos in op.idx.items()),
+        f"const long long s[] = {{{', '.join(map(str, op.shape))}}};",
+        f"const long long l[] = {{{', '.join(map(str, op.lo))}}};",
+        f"const long long n[] = {{{', '.join(map(str, op.n))}}};",
+        f"const int* const ix[] = {{{idx}}};",
+        f"const EtTileT<{ctype}> t = et_tile(T, {r}, s, l, n, ix);",
+        "et_run_cta([&] { et_prefetch_tile(t); });",
+        f'for (const void* p : et_prefetched) std::printf("%ld\\n", (long)(({ctype}*)p - T));'])
+    got = sorted(int(w) for w in run_host(tmp_path, body).split())
+    per_line = 128 // (2 if op.dtype == B else 4)
+    strides = np.cumprod((1,) + op.shape[:0:-1])[::-1]
+    rows = np.stack(np.meshgrid(*op.positions()[:-1], indexing="ij"), -1).reshape(-1, r - 1) \
+        if r > 1 else np.zeros((1, 0), np.int64)
+    firsts = sorted({int(row @ strides[:-1]) + op.lo[-1] + c
+                     for row in rows for c in range(0, op.n[-1], per_line)})
+    assert got == firsts

@@ -63,25 +63,26 @@ __device__ __forceinline__ long long et_off(const EtTileT<T>& t, int d, int i) {
     return (long long)(t.idx[d] ? t.idx[d][i] : i) * t.s[d];
 }
 
-// Bring a tile's cache lines into L2 (issued by every thread of the CTA, no wait): used to
-// load the next task's input tiles (weights) while the current task notifies and the next
-// one waits on its events. (Not L1: the acquire that ends a wait invalidates the SM's L1.)
+// Bring a tile's cache lines into L2 (no wait): the next task's input tiles (weights), loaded
+// while the current task notifies and the next one waits on its events. Issued by warps 1 ..
+// (thread j - 32 takes lines j - 32, j - 32 + blockDim.x - 32, ...), so warp 0, whose thread
+// 0 notifies meanwhile, does not diverge; 32-bit index math. (Not L1: the acquire that ends
+// a wait invalidates the SM's L1.)
 template <typename T>
 __device__ void et_prefetch_tile(const EtTileT<T>& t) {
-    const int per_line = 128 / (int)sizeof(T);
-    long long rows = 1;
-    for (int d = 0; d + 1 < t.rank; ++d) rows *= t.n[d];
-    int last = t.rank - 1;
-    long long chunks = last >= 0 ? (t.n[last] + per_line - 1) / per_line : 1;
-    for (long long e = threadIdx.x; e < rows * chunks; e += blockDim.x) {
-        long long r = e / chunks;
-        int c = (int)(e % chunks) * per_line;
-        long long off = 0;
+    if (t.rank == 0 || threadIdx.x < 32) return;
+    const int per_line = 128 / (int)sizeof(T), last = t.rank - 1;
+    const int chunks = ((int)t.n[last] + per_line - 1) / per_line;
+    int rows = 1;
+    for (int d = 0; d < last; ++d) rows *= (int)t.n[d];
+    for (int e = (int)threadIdx.x - 32; e < rows * chunks; e += (int)blockDim.x - 32) {
+        int r = e / chunks;
+        long long off = et_off(t, last, (e - r * chunks) * per_line);
         for (int d = last - 1; d >= 0; --d) {
-            off += et_off(t, d, (int)(r % t.n[d]));
-            r /= t.n[d];
+            const int n = (int)t.n[d];
+            off += et_off(t, d, r % n);
+            r /= n;
         }
-        if (last >= 0) off += et_off(t, last, c);
         asm volatile("prefetch.global.L2 [%0];" :: "l"(t.p + off));
     }
 }

@@ -341,8 +341,8 @@ __device__ EtView et_global_view(const long long* A, int t) {
 }
 
 // Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
-// waits and after the body. While thread 0 notifies, the other threads prefetch the input
-// tiles of `next` (if any). `fetch_ns`: when the task was fetched (profiling). A task of the
+// waits and after the body. While thread 0 notifies, warps 1 .. prefetch the input tiles of
+// `next` (if any) into L2. `fetch_ns`: when the task was fetched (profiling). A task of the
 // device queue (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's
 // blocked wait runs popped dynamic tasks in between (`et_wait_task`), then waits again.
 // False if the launch is aborting.
@@ -379,9 +379,9 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
     if (ok == 1) et_run_task(A, v.task);
     if (threadIdx.x == 0) et_stamp(prof, v.task.id, 2);
     __syncthreads();
-    if (threadIdx.x != 0) {
+    if (threadIdx.x >= 32) {  // warps 1 ..: warp 0 stays converged for thread 0's notifies
         if (next) et_prefetch(A, *next);
-    } else {
+    } else if (threadIdx.x == 0) {
         et_stamp(prof, v.task.id, 3);
         if (ok == 1) {
             if (v.num_notifies) et_fence_release();
