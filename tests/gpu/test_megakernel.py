@@ -251,6 +251,51 @@ def test_watchdog_turns_a_deadlock_into_an_error():
     assert out["out"].shape == (32, 1)
 
 
+@pytest.mark.parametrize("policy", ["critical_path", "round_robin"])
+def test_nop_tasks_run_on_thread_zero_alone(policy):
+    from programs import nop_joins
+    n = 700  # more tasks than SMs: nops, waiting and wait-free bodies share each queue
+    program = nop_joins(n)
+    rng = np.random.default_rng(4)
+    inputs = {"A": rng.integers(-8, 9, (n + 1, 8)).astype(np.float32),
+              "B": rng.integers(-8, 9, (n, 8)).astype(np.float32)}
+    sums = inputs["A"].sum(axis=1)
+    for mode in ("static", "unfused"):
+        mk = megakernel(program, mode, policy=policy)
+        for _ in range(3):
+            out = mk.run({}, to_gpu(inputs))
+        np.testing.assert_array_equal(out["out"].cpu().numpy()[:, 0], sums[:-1] + sums[1:])
+        np.testing.assert_array_equal(out["b_sum"].cpu().numpy()[:, 0], inputs["B"].sum(axis=1))
+
+
+def test_watchdog_on_a_nop_task():
+    """A nop task (thread 0 alone) queued before its producers on the same SM waits forever:
+    the watchdog still ends the launch with the error, and the kernel works afterwards."""
+    from eventtensor.frontend import ProgramBuilder
+    pb = ProgramBuilder("nop_deadlock")
+    pb.input("A", (4, 8))
+    pb.output("o", (4, 1))
+    pb.event("E", (1,))
+    pb.event("F", (1,))
+    pb.grid("p", "row_sum", "i", (4,), reads={"A": "i, :"}, writes={"o": "i, :"},
+            notify={"E": "i->0"})
+    pb.grid("join", "nop", "i", (1,), wait={"E": "i->0"}, notify={"F": "i->0"})
+    pb.grid("q", "nop", "i", (2,), wait={"F": "i->0"})
+    mk = megakernel(pb.build(), "static", watchdog_s=0.2)
+    t = mk.tables({})
+    order = np.array([4, 0, 1, 2, 3, 5, 6])  # join(0) first, all on SM 0
+    ptr = np.zeros(mk.num_sms + 1, np.int64)
+    ptr[1:] = len(order)
+    inputs = to_gpu({"A": np.ones((4, 8), np.float32)})
+    t0 = time.perf_counter()
+    with pytest.raises(DeadlockError, match=r"task join\(0\) on SM 0 waited more than 0.2 s "
+                                            r"on E\[0\] \(counter 0 of 4\)"):
+        mk.sync(mk.launch({}, inputs, tables=mk.tables({}, queues=(ptr, order))))
+    assert time.perf_counter() - t0 < 5.0
+    assert t.bound.task_name(4) == "join(0)"
+    np.testing.assert_array_equal(mk.run({}, inputs)["o"].cpu().numpy(), np.full((4, 1), 8.0))
+
+
 def test_profile_trace_has_every_task():
     ex = EXAMPLES["symbolic_batch"]
     env = {"B": 64}

@@ -356,11 +356,15 @@ def _extra_waits(g: _Gen) -> list[str]:
     waiting = [gi for gi, grid in enumerate(g.p.grids)
                if _dd_edges(g, grid, "wait") or _dd_edges(g, grid, "trigger")]
     has = " || ".join(f"g == {gi}" for gi in waiting) or "false"
+    sync_only = " || ".join(f"g == {gi}" for gi, grid in enumerate(g.p.grids)
+                            if grid.kind == "nop") or "false"
     return _grid_switch(
         g, "__device__ int et_extra_waits(const long long* A, const EtTask& task) {", case,
         tail=("    return 1;",)) + [
         "__device__ __forceinline__ bool et_has_extra_waits(int g) {",
-        f"    return {has};", "}", ""]
+        f"    return {has};", "}", "",
+        "__device__ __forceinline__ bool et_sync_only(int g) {  // grids of kind nop",
+        f"    return {sync_only};", "}", ""]
 
 
 def _extra_notifies(g: _Gen, dynamic: bool) -> list[str]:

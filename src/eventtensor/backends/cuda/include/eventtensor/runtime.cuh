@@ -168,6 +168,8 @@ __device__ __forceinline__ EtTask et_load_task(const long long* A, int t) {
 __device__ void et_run_task(const long long* A, const EtTask& task);  // the dispatch switch
 // Whether tasks of grid g have data-dependent waits or a trigger (et_extra_waits).
 __device__ __forceinline__ bool et_has_extra_waits(int g);
+// Whether tasks of grid g have no body (kind nop): only waits and notifies.
+__device__ __forceinline__ bool et_sync_only(int g);
 // Thread 0, after the table waits: data-dependent waits and the trigger of `task`.
 // Returns 1 to run the body, 2 if the task is guarded (no trigger range holds it), 0 on abort.
 __device__ int et_extra_waits(const long long* A, const EtTask& task);
@@ -341,15 +343,40 @@ __device__ EtView et_global_view(const long long* A, int t) {
 }
 
 // Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
-// waits and after the body. While thread 0 notifies, warps 1 .. prefetch the input tiles of
+// waits and after the body (a static task without a body: et_do_sync_task). While thread 0 notifies, warps 1 .. prefetch the input tiles of
 // `next` (if any) into L2. `fetch_ns`: when the task was fetched (profiling). A task of the
 // device queue (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's
 // blocked wait runs popped dynamic tasks in between (`et_wait_task`), then waits again.
 // False if the launch is aborting.
+// A task without a body (kind nop) of a static queue: thread 0 alone waits and notifies; the
+// other threads go on to the next task (whose barriers wait for thread 0). After an abort,
+// thread 0 goes on too: the CTA's next blocked wait sees the abort flag and ends the loop.
+__device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_ns) {
+    if (threadIdx.x != 0) return;
+    u64* const prof = ET_PROF;
+    const int ok = et_wait_task(A, v, nullptr);
+    if (prof) {
+        prof[ET_PROF_TASK * v.task.id] = fetch_ns;
+        for (int k = 1; k <= 3; ++k) et_stamp(prof, v.task.id, k);  // no body, no barrier
+    }
+    if (ok != 1) return;  // aborting, or guarded (its notifies made by et_wait_task)
+    if (v.num_notifies) et_fence_release();
+    et_stamp(prof, v.task.id, 4);
+    et_notify_task(A, v);
+    et_stamp(prof, v.task.id, 5);
+    if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
+}
+
 template <bool DYNAMIC>
 __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* next,
                            u64 fetch_ns) {
     __shared__ int s_ok, s_nest;
+#ifndef ET_HYBRID  // (hybrid: a blocked wait may run a dynamic task, which takes the CTA)
+    if (!DYNAMIC && et_sync_only(v.task.a.x)) {
+        et_do_sync_task(A, v, fetch_ns);
+        return true;
+    }
+#endif
     int ok = 1;  // a task without waits needs neither thread 0's verdict nor its barrier
     while (v.num_waits || et_has_extra_waits(v.task.a.x)) {
         if (threadIdx.x == 0) {
