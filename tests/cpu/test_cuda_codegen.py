@@ -4,7 +4,7 @@ import pytest
 
 from eventtensor import ProgramBuilder
 from eventtensor.backends.cuda.codegen import UnsupportedOnGpu, generate, kernel_name
-from eventtensor.backends.cuda.compiler import CompileError, compile_source
+from eventtensor.backends.cuda.compiler import CompileError, compile_many, compile_source
 from eventtensor.backends.cuda.runtime import (
     EARLY_BIT,
     EARLY_WATCH_BIT,
@@ -254,3 +254,13 @@ def test_knobs_are_defined_before_the_device_library_and_checked():
     with pytest.raises(ValueError, match="knob ET_CHUNK=8: the device library's knobs are "
                                          "ET_SPIN_NS, ET_SLEEP_NS"):
         generate(p, "static", knobs={"ET_CHUNK": 8})
+
+
+def test_compile_many_fills_the_cache_in_parallel():
+    kernels = [(generate(program_for(n, m), m), kernel_name(program_for(n, m), m))
+               for n in ("splitk_rowsum", "symbolic_batch") for m in ("static", "dynamic")]
+    first = compile_many(kernels, jobs=2)
+    assert [c.name for c in first] == [name for _, name in kernels]
+    assert not any(c.cached for c in first) and all(c.cubin[:4] == b"\x7fELF" for c in first)
+    again = [compile_source(src, name) for src, name in kernels]
+    assert all(c.cached for c in again) and [c.cubin for c in again] == [c.cubin for c in first]

@@ -341,14 +341,24 @@ def test_stage_kernels_match_reference_and_interpreter(name, bindings):
 def test_random_dag_stress():
     sys.path.insert(0, str(Path(__file__).parents[1] / "cpu"))
     from random_programs import generate, generate_wide, reference
+
+    from eventtensor.backends.cuda.codegen import generate as generate_cuda
+    from eventtensor.backends.cuda.codegen import kernel_name
+    from eventtensor.backends.cuda.compiler import compile_many
+    from eventtensor.schedule import prepare
+    specs = [generate_wide(seed, 300, 900) if seed % 10 == 0 else generate(seed)
+             for seed in range(110)]
+    modes = [("static", "dynamic") + (("hybrid",) if seed % 3 == 0 else ())
+             for seed in range(110)]
+    prepared = [(prepare(spec.build(), m), m) for spec, ms in zip(specs, modes) for m in ms]
+    compile_many([(generate_cuda(p, m), kernel_name(p, m)) for p, m in prepared])
     checked = 0
-    for seed in range(110):
-        spec = generate_wide(seed, 300, 900) if seed % 10 == 0 else generate(seed)
+    for seed, spec in enumerate(specs):
         program = spec.build()
         n = spec.bindings[-1] if seed % 10 else spec.n_hi
         inputs = spec.inputs(n, spec.seed)
         ref = reference(spec, n, inputs["X"])
-        for mode in ("static", "dynamic") + (("hybrid",) if seed % 3 == 0 else ()):
+        for mode in modes[seed]:
             mk = megakernel(program, mode, policy=random.Random(seed).choice(
                 ["critical_path", "round_robin"]) if mode == "static" else "critical_path")
             out = mk.run({"n": n}, to_gpu(inputs))

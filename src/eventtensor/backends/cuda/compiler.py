@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import multiprocessing
 import os
 import tempfile
 import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +78,17 @@ def compile_source(source: str, name: str, arch: str = ARCH) -> Compiled:
         (d / f"{name}.ptx").write_bytes(ptx)
         (d / f"{name}.cubin").write_bytes(cubin)
     return Compiled(name, cubin, seconds, False)
+
+
+def compile_many(kernels: Sequence[tuple[str, str]], jobs: int | None = None) -> list[Compiled]:
+    """`compile_source` of each (source, entry name), in `jobs` processes (default: one per
+    CPU), so that later compiles of the same kernels are cache hits."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(kernels)))
+    if jobs == 1:
+        return [compile_source(src, name) for src, name in kernels]
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold CUDA
+    with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+        return list(pool.map(compile_source, *zip(*kernels)))
 
 
 def _nvrtc(source: str, name: str, opts: list[bytes]) -> tuple[bytes, bytes]:
