@@ -338,7 +338,8 @@ def markdown(r: dict) -> str:
              f"| its split (profiled, medians): task (wait satisfied -> notified) / signal "
              f"(notified -> next wait satisfied) | {hop['with_tile']['task_us']:.2f} / "
              f"{hop['with_tile']['signal_us']:.2f} us | - |",
-             f"| static dispatch per task per SM ({disp['static_nop']['tasks']} `nop` tasks) | "
+             f"| static dispatch per task per SM ({disp['static_nop']['tasks']} `nop` tasks, "
+             "thread 0 alone) | "
              f"{disp['static_nop']['us_per_task_per_sm']:.2f} us | <= 0.3 us |",
              f"| static dispatch per task per SM, 1-element tile body | "
              f"{disp['static']['us_per_task_per_sm']:.2f} us | - |",
