@@ -133,7 +133,7 @@ class _State:
     key: tuple = ()
     n_dynamic: int = 0
     # per CTA its stream bounds (ET_SM_ARGS), then per CTA its first chunk (`_first_chunks`)
-    sm_args: list = field(default_factory=list)
+    sm_args: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     owned: dict = field(default_factory=dict)  # outputs and temps this runtime allocated
 
 
@@ -363,7 +363,7 @@ class Megakernel:
                                      device=dev),
         }
         st = _State(t, arrays, n_dynamic=n_dyn,
-                    sm_args=[int(v) for v in bounds.ravel()] + slabs.ravel().tolist())
+                    sm_args=np.concatenate([bounds.ravel(), slabs.ravel()]).astype(np.int64))
         if tables is None:
             self._states[key] = st
         return st
@@ -404,9 +404,11 @@ class Megakernel:
         slots[27] = b.num_tasks
         slots[28], slots[29] = a["skip_ptr"].data_ptr(), a["skip_elem"].data_ptr()
         slots[31] = self._num_triggers()
-        slots += st.sm_args
-        if st.key != tuple(slots):  # upload only when a pointer or value changed
-            args = torch.tensor(slots + [0] * self.num_ctas, dtype=torch.int64, device="cuda")
+        if st.key != tuple(slots):  # upload only when a pointer or value changed (the per-CTA
+            # part, stream bounds and slabs, is fixed for the state)
+            host = np.concatenate([np.asarray(slots, np.int64), st.sm_args,
+                                   np.zeros(self.num_ctas, np.int64)])
+            args = torch.as_tensor(host).to("cuda")
             if st.args is not None:  # the CTAs' epochs carry over (they pick the state copy)
                 args[-self.num_ctas:] = st.args[-self.num_ctas:]
             st.args, st.key = args, tuple(slots)
