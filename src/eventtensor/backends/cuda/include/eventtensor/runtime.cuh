@@ -213,10 +213,10 @@ __device__ __forceinline__ long long et_wait_count(const long long* A, int x, lo
 #define ET_WAIT_NEST 3
 
 // Thread 0 only: spin until the counter satisfies the wait (`et_satisfied`). Polls are
-// relaxed loads (an acquire load invalidates the SM's L1 each time); the satisfying value is
-// re-read with one acquire load, which orders the CTA's later reads after the producers'
-// writes. With `nest` set (hybrid mode), a blocked wait polls the device queue too and
-// returns ET_WAIT_NEST with the popped task in *nest.
+// relaxed loads (an acquire load invalidates the SM's L1 each time); then one acquire load of
+// the counter (its value unused: it compiles to the L1 invalidation alone) orders the CTA's
+// later reads after the producers' writes. With `nest` set (hybrid mode), a blocked wait
+// polls the device queue too and returns ET_WAIT_NEST with the popped task in *nest.
 __device__ int et_wait(const long long* A, int x, int shift, long long count, long long task,
                        int* nest) {
     u64* counter = &ET_COUNTER[x];
@@ -285,7 +285,8 @@ __device__ __forceinline__ void et_stamp(u64* prof, int task, int k) {
     if (prof) prof[ET_PROF_TASK * task + k] = et_globaltimer();
 }
 __device__ __forceinline__ void et_stamp_cta(const long long* A, int k, u64 t) {
-    if (threadIdx.x == 0 && ET_PROF) ET_PROF[ET_PROF_TASK * ET_NUM_TASKS + ET_PROF_CTA * blockIdx.x + k] = t;
+    if (threadIdx.x == 0 && ET_PROF)
+        ET_PROF[ET_PROF_TASK * ET_NUM_TASKS + ET_PROF_CTA * blockIdx.x + k] = t;
 }
 
 // One task as the CTA sees it: its record and its wait and notify lists (in shared memory
@@ -343,11 +344,11 @@ __device__ EtView et_global_view(const long long* A, int t) {
 }
 
 // Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
-// waits and after the body (a static task without a body: et_do_sync_task). While thread 0 notifies, warps 1 .. prefetch the input tiles of
-// `next` (if any) into L2. `fetch_ns`: when the task was fetched (profiling). A task of the
-// device queue (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's
-// blocked wait runs popped dynamic tasks in between (`et_wait_task`), then waits again.
-// False if the launch is aborting.
+// waits and after the body (a static task without a body: et_do_sync_task). While thread 0
+// notifies, warps 1 .. prefetch the input tiles of `next` (if any) into L2. `fetch_ns`: when
+// the task was fetched (profiling). A task of the device queue (`DYNAMIC`) is retired after
+// its notifies; in hybrid mode a static task's blocked wait runs popped dynamic tasks in
+// between (`et_wait_task`), then waits again. False if the launch is aborting.
 // A task without a body (kind nop) of a static queue: thread 0 alone waits and notifies; the
 // other threads go on to the next task (whose barriers wait for thread 0). After an abort,
 // thread 0 goes on too: the CTA's next blocked wait sees the abort flag and ends the loop.
@@ -572,7 +573,11 @@ __device__ bool et_static_loop(const long long* A) {
             v.notifies = notifies + (v.task.a.w - n0);
             v.num_notifies = v.task.b.x - v.task.a.w;
             EtTask next;
-            if (k + 1 < n) { next.id = ch.id[k + 1]; next.a = ch.rec[2 * k + 2]; next.b = ch.rec[2 * k + 3]; }
+            if (k + 1 < n) {
+                next.id = ch.id[k + 1];
+                next.a = ch.rec[2 * k + 2];
+                next.b = ch.rec[2 * k + 3];
+            }
             if (!et_do_task<false>(A, v, k + 1 < n ? &next : nullptr, fetch_ns)) return false;
         }
         w0 += nw;
@@ -619,7 +624,7 @@ __device__ void et_run_hybrid(const long long* A) {
 // The kernel of a program: arguments, the next launch's state, the mode's loops, and the
 // CTA's epoch advanced (also after an abort: the host resets all state then, see sync()).
 #define ET_KERNEL(name, run, ctas_per_sm)                                                    \
-    extern "C" __global__ void __launch_bounds__(ET_THREADS, ctas_per_sm)                           \
+    extern "C" __global__ void __launch_bounds__(ET_THREADS, ctas_per_sm)                    \
         name(long long* __restrict__ args) {                                                  \
         __shared__ long long A[ET_SLOTS];                                                     \
         const u64 entry_ns = et_globaltimer();                                                \
@@ -641,7 +646,7 @@ struct EtSlots {
     long long v[ET_SLOTS];
 };
 #define ET_STAGE_KERNEL(name)                                                                 \
-    extern "C" __global__ void __launch_bounds__(256)                                         \
+    extern "C" __global__ void __launch_bounds__(ET_THREADS)                                  \
         name(const __grid_constant__ EtSlots args, int g) {                                   \
         EtTask task;                                                                          \
         task.id = -1;                                                                         \
