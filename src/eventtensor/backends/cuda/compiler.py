@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import multiprocessing
 import os
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,14 +80,12 @@ def compile_source(source: str, name: str, arch: str = ARCH) -> Compiled:
 
 
 def compile_many(kernels: Sequence[tuple[str, str]], jobs: int | None = None) -> list[Compiled]:
-    """`compile_source` of each (source, entry name), in `jobs` processes (default: one per
-    CPU), so that later compiles of the same kernels are cache hits."""
+    """`compile_source` of each (source, entry name), `jobs` at a time (default: one per
+    CPU; NVRTC runs without the interpreter lock), so that later compiles of the same kernels
+    are cache hits."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(kernels)))
-    if jobs == 1:
-        return [compile_source(src, name) for src, name in kernels]
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold CUDA
-    with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-        return list(pool.map(compile_source, *zip(*kernels)))
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(compile_source, *zip(*kernels))) if kernels else []
 
 
 def _nvrtc(source: str, name: str, opts: list[bytes]) -> tuple[bytes, bytes]:
