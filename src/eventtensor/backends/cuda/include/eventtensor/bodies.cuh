@@ -192,7 +192,7 @@ struct EtDot2 {
 // Mapping: the cells are cut into blocks of CW consecutive cells of a row (CW divides cols).
 // Lane group g (q = 2^lg aligned lanes, G = blockDim.x / q groups) takes blocks g, g + G, ...;
 // lane p of the group takes j = p, p + q, ..., loading JB of them for each of its CW cells
-// before it adds any (past k: its last j again, unused), so a warp's load covers q consecutive
+// before it adds any (none past k: no load is repeated), so a warp's load covers q consecutive
 // j of 32 / q consecutive blocks. Then the group adds up its lanes with shuffles and lane 0
 // stores. All lanes of a warp run the same iterations (while its first group has a block), so
 // that the whole warp shuffles. No barrier.
@@ -217,8 +217,8 @@ __device__ __forceinline__ void et_dot2(const A* a, const B* b, O* dst, EtDot2 g
             for (int u = 0; u < JB; ++u)
 #pragma unroll
                 for (int m = 0; m < CW; ++m) {
-                    va[m][u] = et_ld(a, ja + m * g.ac + min(u, last) * qa);
-                    vb[m][u] = et_ld(b, jb + m * g.bc + min(u, last) * qb);
+                    va[m][u] = u <= last ? et_ld(a, ja + m * g.ac + u * qa) : 0.f;
+                    vb[m][u] = u <= last ? et_ld(b, jb + m * g.bc + u * qb) : 0.f;
                 }
 #pragma unroll
             for (int u = 0; u < JB; ++u)
@@ -361,8 +361,9 @@ __device__ __noinline__ void et_gemm_staged(const X* x, const W* w, O* out, EtDo
     const bool on = c < g.cols;  // else a group past the last column
     const int k = on ? g.k : 0, oc = c * g.bc;
     float wv[16];  // w[j, c] for j = p + q * (i + u), i the current batch of 8
-    auto load_w = [&](int i, int u) {  // past k: the last j again, unused
-        wv[u] = et_to_float(w[oc + min(p + q * (i + u), k - 1) * g.bk]);
+    auto load_w = [&](int i, int u) {  // none past k
+        const int j = p + q * (i + u);
+        wv[u] = j < k ? et_to_float(w[oc + j * g.bk]) : 0.f;
     };
     if (k > 0)
 #pragma unroll
