@@ -186,7 +186,11 @@ def bench_launch_floor(iters: int) -> dict:
     st = mk.launch({}, {})
     mk.sync(st)
     x = torch.ones(1, device="cuda")
+    mk_overlap = Megakernel(independent_nop(132), "static", overlap_launches=True)
+    st_overlap = mk_overlap.launch({}, {})
+    mk_overlap.sync(st_overlap)
     out = {"megakernel_ms": per_step(lambda: mk.relaunch(st), iters),
+           "megakernel_overlap_ms": per_step(lambda: mk_overlap.relaunch(st_overlap), iters),
            "empty_kernel_ms": per_step(empty_kernel(mk.num_ctas), iters),
            "torch_kernel_ms": per_step(lambda: x.add_(1.0), iters)}
     st = mk.launch({}, {}, profile=True)
@@ -272,6 +276,8 @@ def bench_examples(iters: int, out: Path) -> list[dict]:
         row["tile_stages_graph_ms"] = per_step(sk.relaunch, iters)
         for mode, opts in (("static", {}), ("static_x2", {"ctas_per_sm": 2}),
                            ("static_x4", {"ctas_per_sm": 4}), ("static_x8", {"ctas_per_sm": 8}),
+                           ("static_overlap", {"overlap_launches": True}),
+                           ("static_x2_overlap", {"ctas_per_sm": 2, "overlap_launches": True}),
                            ("dynamic", {}),
                            ("dynamic_late_push", {"early_push": False}), ("hybrid", {}),
                            ("unfused", {})):
@@ -319,7 +325,8 @@ def measured_vs_simulated(out: Path) -> dict:
 
 
 def best_static(e: dict) -> float:
-    return min(e[f"megakernel_static{x}_graph_ms"] for x in ("", "_x2", "_x4", "_x8"))
+    return min(e[f"megakernel_static{x}_graph_ms"]
+               for x in ("", "_x2", "_x4", "_x8", "_overlap", "_x2_overlap"))
 
 
 def markdown(r: dict) -> str:
@@ -347,8 +354,9 @@ def markdown(r: dict) -> str:
              f"{disp['dynamic_nop']['us_per_task_per_sm']:.2f} / "
              f"{disp['dynamic']['us_per_task_per_sm']:.2f} us | - |",
              f"| launch floor per step (graph of 20 launches): megakernel with one `nop` per "
-             f"SM / empty kernel of as many CTAs / one tiny torch kernel | "
-             f"{r['launch']['megakernel_ms'] * 1e3:.1f} / "
+             f"SM (plain / overlapped launches) / empty kernel of as many CTAs / one tiny "
+             f"torch kernel | {r['launch']['megakernel_ms'] * 1e3:.1f} / "
+             f"{r['launch']['megakernel_overlap_ms'] * 1e3:.1f} / "
              f"{r['launch']['empty_kernel_ms'] * 1e3:.1f} / "
              f"{r['launch']['torch_kernel_ms'] * 1e3:.1f} us | - |",
              f"| its prologue (CTA entry -> first task fetched) / epilogue (last notify -> "
@@ -365,9 +373,10 @@ def markdown(r: dict) -> str:
              "stage as torch kernels.", "",
              "| example | binding | torch per stage, single / graph | tile stages, single / "
              "graph | megakernel static, single | static, graph | static 2 / 4 / 8 CTAs per SM, "
-             "graph | dynamic (early / late push), graph | hybrid, graph | unfused, graph | "
+             "graph | static 1 / 2 CTAs per SM, overlapped launches, graph | "
+             "dynamic (early / late push), graph | hybrid, graph | unfused, graph | "
              "best static vs tile stages graph | vs torch graph |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in r["examples"]:
         lines.append(
             f"| {e['example']} | {e['binding']} | {e['torch_per_stage_ms']:.4f} / "
@@ -377,6 +386,8 @@ def markdown(r: dict) -> str:
             f"{e['megakernel_static_x2_graph_ms']:.4f} / "
             f"{e['megakernel_static_x4_graph_ms']:.4f} / "
             f"{e['megakernel_static_x8_graph_ms']:.4f} | "
+            f"{e['megakernel_static_overlap_graph_ms']:.4f} / "
+            f"{e['megakernel_static_x2_overlap_graph_ms']:.4f} | "
             f"{e['megakernel_dynamic_graph_ms']:.4f} / "
             f"{e['megakernel_dynamic_late_push_graph_ms']:.4f} | "
             f"{e['megakernel_hybrid_graph_ms']:.4f} | {e['megakernel_unfused_graph_ms']:.4f} | "
@@ -386,7 +397,7 @@ def markdown(r: dict) -> str:
             pr = e[f"megakernel_{mode}_profile"]
             lines.append(f"|  | profiled {mode}: makespan {pr['makespan_us']:.2f} us, prologue "
                          f"{pr['prologue_us']:.2f} us, epilogue {pr['epilogue_us']:.2f} us "
-                         "|||||||||||")
+                         "||||||||||||")
     lines += ["", "## Where the time goes (profiled launches, medians in us)", "",
               "Per CTA: kernel entry -> launch arguments loaded (`args`) -> next launch's state "
               "reset (`reset`) -> first task fetched. Per task grid: fetched -> waits satisfied "

@@ -269,12 +269,16 @@ class Megakernel:
     def __init__(self, program: Program, mode: str = "static", num_sms: int | None = None,
                  policy: str = "critical_path", watchdog_s: float = 1.0,
                  early_push: bool = True, dynamic_grids: Sequence[str] | None = None,
-                 ctas_per_sm: int = 1, knobs: Mapping[str, int] | None = None):
+                 ctas_per_sm: int = 1, knobs: Mapping[str, int] | None = None,
+                 overlap_launches: bool = False):
         """`num_sms`: the SMs to use (default: all); `ctas_per_sm` persistent CTAs run on each
         (each its own static queue: more CTAs hide more memory latency, with fewer registers
         each); `dynamic_grids` (hybrid mode): the grids run from the device queue, by default
         the data-dependent ones (`default_dynamic_grids`); `knobs`: device-library settings
-        (`codegen.KNOBS`, e.g. ET_SPIN_NS)."""
+        (`codegen.KNOBS`, e.g. ET_SPIN_NS); `overlap_launches`: launch with programmatic
+        stream serialization, so that a launch's CTAs start while the kernel before it on the
+        stream still runs and load their arguments meanwhile (runtime.cuh
+        et_wait_previous_launch)."""
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
@@ -285,6 +289,7 @@ class Megakernel:
         if ctas_per_sm < 1:
             raise ValueError(f"ctas_per_sm must be at least 1, got {ctas_per_sm}")
         self.ctas_per_sm = ctas_per_sm
+        self.overlap_launches = overlap_launches
         self.source = generate(self.program, mode, ctas_per_sm, knobs)
         self.name = kernel_name(self.program, mode, ctas_per_sm)
         self.compiled = compile_source(self.source, self.name)
@@ -422,9 +427,22 @@ class Megakernel:
 
         from cuda.bindings import driver
         s = stream if stream is not None else self.torch.cuda.current_stream()
-        _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1, 0,
-                                     s.cuda_stream, ((st.args.data_ptr(),), (ctypes.c_void_p,)),
-                                     0), "cuLaunchKernel")
+        params = ((st.args.data_ptr(),), (ctypes.c_void_p,))
+        if not self.overlap_launches:
+            _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1, 0,
+                                         s.cuda_stream, params, 0), "cuLaunchKernel")
+            return
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = self.num_ctas, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = THREADS, 1, 1
+        config.sharedMemBytes = 0
+        config.hStream = driver.CUstream(s.cuda_stream)
+        overlap = driver.CUlaunchAttribute()
+        ids = driver.CUlaunchAttributeID
+        overlap.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        overlap.value.programmaticStreamSerializationAllowed = 1
+        config.attrs, config.numAttrs = [overlap], 1
+        _check(driver.cuLaunchKernelEx(config, self._function(), params, 0), "cuLaunchKernelEx")
 
     def sync(self, st: _State) -> None:
         """Wait for the launch; raise DeadlockError if the watchdog fired."""

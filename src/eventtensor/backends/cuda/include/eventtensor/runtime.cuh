@@ -490,18 +490,30 @@ __device__ __forceinline__ EtChunk& et_chunk() {
 #define ET_STATIC_QUEUE 1
 #endif
 
+// Launch overlap (programmatic dependent launch, opt-in on the host): every CTA lets the next
+// launch on the stream start its CTAs at once; those load what does not depend on this launch
+// (argument slots, stream bounds, first chunk), then wait for it to end, its writes visible,
+// before they read their epoch or touch any state. Without the launch attribute both
+// instructions do nothing.
+__device__ __forceinline__ void et_allow_next_launch() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void et_wait_previous_launch() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 // Kernel entry, all threads, one round of loads: the launch arguments into the shared slots A
 // (see ET_SM_ARGS), the slots of the launch's parity copy swapped in, and the CTA's first
 // chunk into et_chunk(). The launch arguments are: ET_SLOTS slots, 6 stream bounds per CTA,
 // one slab per CTA (ET_SLAB_WORDS), one epoch per CTA. Every load is issued before any value
-// is used. Returns the CTA's epoch.
+// is used (the epoch's after et_wait_previous_launch, which without launch overlap returns at
+// once). Returns the CTA's epoch.
 __device__ __forceinline__ long long et_load_args(long long* A, const long long* args) {
     const long long* slabs = args + ET_SLOTS + 6 * gridDim.x;
     const int i = threadIdx.x, pair = et_parity_pair(i);
     const bool sm_arg = i >= ET_SM_ARGS && i < ET_SM_ARGS + 6;
     const long long* own_at = sm_arg ? args + ET_SLOTS + 6 * blockIdx.x + (i - ET_SM_ARGS)
                                      : args + min(i, ET_SLOTS - 1);
-    const long long epoch = et_ld_now(slabs + ET_SLAB_WORDS * gridDim.x + blockIdx.x);
     const long long own = et_ld_now(own_at);
     const long long other = et_ld_now(pair >= 0 ? args + pair : own_at);
     const int4* slab = reinterpret_cast<const int4*>(slabs + ET_SLAB_WORDS * blockIdx.x);
@@ -510,6 +522,8 @@ __device__ __forceinline__ long long et_load_args(long long* A, const long long*
     int4 a = {}, b = {};
     if (k0 < words) a = et_ld_now(slab + k0);
     if (k1 < words) b = et_ld_now(slab + k1);
+    et_wait_previous_launch();  // the epoch: written at the end of the previous launch
+    const long long epoch = et_ld_now(slabs + ET_SLAB_WORDS * gridDim.x + blockIdx.x);
     int4* chunk = reinterpret_cast<int4*>(&et_chunk());
     for (int k = k1 + blockDim.x; k < words; k += blockDim.x) chunk[k] = slab[k];
     if (k0 < words) chunk[k0] = a;
@@ -628,6 +642,7 @@ __device__ void et_run_hybrid(const long long* A) {
         name(long long* __restrict__ args) {                                                  \
         __shared__ long long A[ET_SLOTS];                                                     \
         const u64 entry_ns = et_globaltimer();                                                \
+        et_allow_next_launch();                                                               \
         const long long epoch = et_load_args(A, args);                                        \
         et_stamp_cta(A, 0, entry_ns);                                                         \
         et_stamp_cta(A, 1, ET_PROF ? et_globaltimer() : 0);                                   \
