@@ -522,8 +522,10 @@ __device__ __forceinline__ long long et_load_args(long long* A, const long long*
     int4 a = {}, b = {};
     if (k0 < words) a = et_ld_now(slab + k0);
     if (k1 < words) b = et_ld_now(slab + k1);
-    et_wait_previous_launch();  // the epoch: written at the end of the previous launch
-    const long long epoch = et_ld_now(slabs + ET_SLAB_WORDS * gridDim.x + blockIdx.x);
+    et_wait_previous_launch();  // the epoch: written at the end of the previous launch, by
+    // a CTA on any SM (a strong load: no line of this SM's L1 can be stale)
+    const long long epoch = (long long)et_ld_relaxed(
+        reinterpret_cast<const u64*>(slabs + ET_SLAB_WORDS * gridDim.x + blockIdx.x));
     int4* chunk = reinterpret_cast<int4*>(&et_chunk());
     for (int k = k1 + blockDim.x; k < words; k += blockDim.x) chunk[k] = slab[k];
     if (k0 < words) chunk[k0] = a;
