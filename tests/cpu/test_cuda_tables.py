@@ -67,3 +67,25 @@ def test_static_streams_follow_the_queues(name, env, bucket, mode):
         np.testing.assert_array_equal(wts[:nw], s["stream_wait"][w_lo:w_lo + nw])
         np.testing.assert_array_equal(nts[:nn], s["stream_notify"][n_lo:n_lo + nn])
         assert not recs[n:].any() and not ids[n:].any() and not wts[nw:].any()
+
+
+def test_first_chunk_slab_holds_as_many_waits_as_fit():
+    """A CTA whose first tasks have more waits than its chunk holds: the slab carries the
+    first CHUNK_WAITS of them (the rest the static loop reads from global memory)."""
+    from eventtensor import ProgramBuilder
+    pb = ProgramBuilder("wide_waits")
+    pb.event("E", (40,))
+    pb.event("F", (60,))
+    pb.grid("p", "nop", "i", (8,), notify={"E": "i->5*i:5*i + 5"})
+    pb.grid("c", "nop", "j", (60,), wait={"E": "j->:"}, notify={"F": "j->j"})
+    p = prepare(pb.build(), "static")
+    t = schedule(build_tables(bind(p, {})), "static", 1,
+                 template=StaticTemplate(p, 1, "critical_path"))
+    s = _static_streams(t, _task_records(t), _wait_records(t), _notify_records(t))
+    lo, hi, w_lo, w_hi, n_lo, n_hi = s["stream_bounds"][0]
+    assert (hi - lo, w_hi - w_lo) == (68, 60 * 40)
+    slab = s["slabs"][0].view(np.int32)
+    waits = slab[8 * CHUNK:8 * CHUNK + 2 * CHUNK_WAITS].reshape(-1, 2)
+    np.testing.assert_array_equal(waits, s["stream_wait"][:CHUNK_WAITS])
+    first = s["stream_rec"][lo:lo + CHUNK]
+    assert first[-1, 2] - first[0, 1] > CHUNK_WAITS  # the chunk's waits do not all fit
