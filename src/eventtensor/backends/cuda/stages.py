@@ -41,7 +41,8 @@ class StageKernels:
         self.stages = [self.program.grids.index(g) for g in stage_order(self.program)]
         self._func = None
         self._owned: dict[tuple[int, ...], dict] = {}
-        self._launches: list[tuple] = []
+        self._launches: list[tuple] = []  # per stage: grid dims, kernel parameters
+        self._slots: _Slots | None = None  # the argument slots those parameters point to
 
     def _function(self):
         if self._func is None:
@@ -77,7 +78,7 @@ class StageKernels:
             g = ctypes.c_int(gi)
             params = (ctypes.c_void_p * 2)(ctypes.addressof(slots), ctypes.addressof(g))
             self._launches.append((dims, params, g))
-        self._slots = slots  # the launches' parameters stay alive with the object
+        self._slots = slots
         self.relaunch(stream)
         return tens
 
