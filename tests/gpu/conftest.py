@@ -17,3 +17,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _example_kernels_compiled():
+    """The examples' kernels in every mode (and with 2 and 4 CTAs per SM), compiled in
+    parallel into the cache before the first test needs one."""
+    if not _has_gpu():
+        return
+    from eventtensor.backends.cuda.codegen import GPU_MODES, generate, kernel_name
+    from eventtensor.backends.cuda.compiler import compile_many
+    from eventtensor.examples import EXAMPLES
+    from eventtensor.schedule import prepare
+    kernels = []
+    for ex in EXAMPLES.values():
+        for mode in GPU_MODES:
+            p = prepare(ex.build(), mode)
+            for ctas in ((1, 2, 4) if mode == "static" else (1, 2) if mode != "unfused"
+                         else (1,)):
+                kernels.append((generate(p, mode, ctas), kernel_name(p, mode, ctas)))
+    compile_many(kernels)
