@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from eventtensor.backends.cuda.compiler import compile_source
-from eventtensor.backends.cuda.runtime import THREADS, Megakernel, _check, to_host
+from eventtensor.backends.cuda.runtime import THREADS, Megakernel, _check, load_kernel, to_host
 from eventtensor.backends.cuda.stages import StageKernels
 from eventtensor.examples import EXAMPLES
 from eventtensor.frontend import ProgramBuilder
@@ -170,8 +170,7 @@ def empty_kernel(num_ctas: int):
     """A launcher of an empty kernel of `num_ctas` CTAs of THREADS threads."""
     from cuda.bindings import driver
     compiled = compile_source('extern "C" __global__ void et_empty() {}', "et_empty")
-    module = _check(driver.cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
-    func = _check(driver.cuModuleGetFunction(module, b"et_empty"), "cuModuleGetFunction")
+    func = load_kernel(compiled.cubin, "et_empty")
     return lambda: _check(driver.cuLaunchKernel(
         func, num_ctas, 1, 1, THREADS, 1, 1, 0, torch.cuda.current_stream().cuda_stream, 0, 0),
         "cuLaunchKernel")

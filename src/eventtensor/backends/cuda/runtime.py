@@ -54,6 +54,17 @@ def _check(res, what: str):
     return res[1] if isinstance(res, tuple) and len(res) == 2 else res
 
 
+def load_kernel(cubin: bytes, name: str):
+    """The CUfunction `name` of `cubin`, loaded into the current device's primary context."""
+    import torch
+    from cuda.bindings import driver
+    torch.cuda.init()
+    torch.empty(1, device="cuda")  # primary context current on this thread
+    _check(driver.cuInit(0), "cuInit")
+    module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
+    return _check(driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+
+
 def bind_tensors(p: Program, shapes: Mapping[str, tuple[int, ...]], tensors: Mapping[str, Any],
                  owned: dict) -> dict:
     """Every tensor of `p` by name: those given in `tensors` (checked: contiguous CUDA tensors
@@ -301,18 +312,14 @@ class Megakernel:
         self.template = StaticTemplate(self.program, self.num_ctas, policy, grids=static) \
             if mode != "dynamic" else None
         self._func = None
+        self._config = None  # launch configuration of overlapped launches
         self._states: dict[tuple[int, ...], _State] = {}
 
     # ------------------------------------------------------------------ set-up
     def _function(self):
         if self._func is None:
             from cuda.bindings import driver
-            self.torch.cuda.init()
-            self.torch.empty(1, device="cuda")  # primary context current on this thread
-            _check(driver.cuInit(0), "cuInit")
-            module = _check(driver.cuModuleLoadData(self.compiled.cubin), "cuModuleLoadData")
-            self._func = _check(driver.cuModuleGetFunction(module, self.name.encode()),
-                                "cuModuleGetFunction")
+            self._func = load_kernel(self.compiled.cubin, self.name)
             blocks = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 self._func, THREADS, 0), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             if blocks < self.ctas_per_sm:
@@ -432,17 +439,26 @@ class Megakernel:
             _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1, 0,
                                          s.cuda_stream, params, 0), "cuLaunchKernel")
             return
-        config = driver.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = self.num_ctas, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = THREADS, 1, 1
-        config.sharedMemBytes = 0
+        config = self._overlap_config()
         config.hStream = driver.CUstream(s.cuda_stream)
-        overlap = driver.CUlaunchAttribute()
-        ids = driver.CUlaunchAttributeID
-        overlap.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        overlap.value.programmaticStreamSerializationAllowed = 1
-        config.attrs, config.numAttrs = [overlap], 1
         _check(driver.cuLaunchKernelEx(config, self._function(), params, 0), "cuLaunchKernelEx")
+
+    def _overlap_config(self):
+        """The launch configuration with programmatic stream serialization (built once; a
+        launch sets only its stream)."""
+        if self._config is None:
+            from cuda.bindings import driver
+            config = driver.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = self.num_ctas, 1, 1
+            config.blockDimX, config.blockDimY, config.blockDimZ = THREADS, 1, 1
+            config.sharedMemBytes = 0
+            overlap = driver.CUlaunchAttribute()
+            ids = driver.CUlaunchAttributeID
+            overlap.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            overlap.value.programmaticStreamSerializationAllowed = 1
+            config.attrs, config.numAttrs = [overlap], 1
+            self._config = config
+        return self._config
 
     def sync(self, st: _State) -> None:
         """Wait for the launch; raise DeadlockError if the watchdog fired."""

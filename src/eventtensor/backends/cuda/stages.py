@@ -19,7 +19,7 @@ from ...schedule import prepare
 from ...schedule.unfused import stage_order
 from .codegen import MAX_SLOTS, STAGES, generate, kernel_name
 from .compiler import compile_source
-from .runtime import THREADS, _check, bind_tensors, symbol_slots, to_device
+from .runtime import THREADS, _check, bind_tensors, load_kernel, symbol_slots, to_device
 
 MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z
 
@@ -46,11 +46,7 @@ class StageKernels:
 
     def _function(self):
         if self._func is None:
-            from cuda.bindings import driver
-            self.torch.empty(1, device="cuda")  # primary context current on this thread
-            module = _check(driver.cuModuleLoadData(self.compiled.cubin), "cuModuleLoadData")
-            self._func = _check(driver.cuModuleGetFunction(module, self.name.encode()),
-                                "cuModuleGetFunction")
+            self._func = load_kernel(self.compiled.cubin, self.name)
         return self._func
 
     def to_device(self, arrays: Mapping[str, Any]) -> dict:

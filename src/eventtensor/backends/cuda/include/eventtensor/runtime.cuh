@@ -349,6 +349,16 @@ __device__ EtView et_global_view(const long long* A, int t) {
 // the task was fetched (profiling). A task of the device queue (`DYNAMIC`) is retired after
 // its notifies; in hybrid mode a static task's blocked wait runs popped dynamic tasks in
 // between (`et_wait_task`), then waits again. False if the launch is aborting.
+// Thread 0, once the CTA's writes of task `v` are done: one release fence, then its notifies
+// (and their profiling stamps).
+__device__ __forceinline__ void et_publish_task(const long long* A, const EtView& v, u64* prof) {
+    if (v.num_notifies) et_fence_release();
+    et_stamp(prof, v.task.id, 4);
+    et_notify_task(A, v);
+    et_stamp(prof, v.task.id, 5);
+    if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
+}
+
 // A task without a body (kind nop) of a static queue: thread 0 alone waits and notifies; the
 // other threads go on to the next task (whose barriers wait for thread 0). After an abort,
 // thread 0 goes on too: the CTA's next blocked wait sees the abort flag and ends the loop.
@@ -360,12 +370,8 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
         prof[ET_PROF_TASK * v.task.id] = fetch_ns;
         for (int k = 1; k <= 3; ++k) et_stamp(prof, v.task.id, k);  // no body, no barrier
     }
-    if (ok != 1) return;  // aborting, or guarded (its notifies made by et_wait_task)
-    if (v.num_notifies) et_fence_release();
-    et_stamp(prof, v.task.id, 4);
-    et_notify_task(A, v);
-    et_stamp(prof, v.task.id, 5);
-    if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
+    // (not 1: aborting, or guarded, its notifies made by et_wait_task)
+    if (ok == 1) et_publish_task(A, v, prof);
 }
 
 template <bool DYNAMIC>
@@ -411,13 +417,7 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
         if (next) et_prefetch(A, *next);
     } else if (threadIdx.x == 0) {
         et_stamp(prof, v.task.id, 3);
-        if (ok == 1) {
-            if (v.num_notifies) et_fence_release();
-            et_stamp(prof, v.task.id, 4);
-            et_notify_task(A, v);
-            et_stamp(prof, v.task.id, 5);
-            if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
-        }
+        if (ok == 1) et_publish_task(A, v, prof);
         if (DYNAMIC) {
             et_retire(A, v.task);
         } else {
