@@ -143,6 +143,7 @@ class _State:
     args: object = None     # torch int64 tensor of launch-argument slots
     key: tuple = ()
     n_dynamic: int = 0
+    dynamic_mask: int = 0   # bit g: grid g runs from the device queue (ET_GRID_DYNAMIC)
     # per CTA its stream bounds (ET_SM_ARGS), then per CTA its first chunk (`_first_chunks`)
     sm_args: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     owned: dict = field(default_factory=dict)  # outputs and temps this runtime allocated
@@ -374,7 +375,8 @@ class Megakernel:
             "dyn_state": torch.zeros(2, 1 + self._num_triggers(), dtype=torch.int64,
                                      device=dev),
         }
-        st = _State(t, arrays, n_dynamic=n_dyn,
+        mask = int(sum(1 << int(gi) for gi in np.flatnonzero(t.grid_mode) if gi < 63))
+        st = _State(t, arrays, n_dynamic=n_dyn, dynamic_mask=mask,
                     sm_args=np.concatenate([bounds.ravel(), slabs.ravel()]).astype(np.int64))
         if tables is None:
             self._states[key] = st
@@ -405,7 +407,7 @@ class Megakernel:
             slots[i], slots[j] = a[name][0].data_ptr(), a[name][1].data_ptr()
         for i, name in zip(range(40, 43), ["stream_rec", "stream_wait", "stream_notify"]):
             slots[i] = a[name].data_ptr()
-        slots[3] = int(sum(1 << gi for gi in np.flatnonzero(st.tables.grid_mode) if gi < 63))
+        slots[3] = st.dynamic_mask
         slots[12] = len(st.tables.ready)
         for i, name in zip(range(14, 17), ["pending0", "push_ptr", "push_task"]):
             slots[i] = a[name].data_ptr()
