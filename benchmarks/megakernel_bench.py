@@ -122,12 +122,16 @@ def bench_hop(n: int, iters: int) -> dict:
     (notifies issued -> the next task's wait satisfied), medians over the chain."""
     out = {}
     nb = n // 5
-    for label, n_links, program, x in (
-            ("with_tile", n, chain(n), {"A": torch.rand(n + 1, 1, device="cuda")}),
+    relaxed = {"ET_ACQUIRE_POLLS": 0}
+    for label, n_links, program, x, knobs in (
+            ("with_tile", n, chain(n), {"A": torch.rand(n + 1, 1, device="cuda")}, {}),
             ("with_block", nb, chain_blocks(nb),
-             {"A": torch.rand(32 * (nb + 1), 32, device="cuda")}),
-            ("bare", n, chain_nop(n), {})):
-        mk = Megakernel(program, "static", policy="round_robin")
+             {"A": torch.rand(32 * (nb + 1), 32, device="cuda")}, {}),
+            ("bare", n, chain_nop(n), {}, {}),
+            ("bare_relaxed_polls", n, chain_nop(n), {}, relaxed),
+            ("with_block_relaxed_polls", nb, chain_blocks(nb),
+             {"A": torch.rand(32 * (nb + 1), 32, device="cuda")}, relaxed)):
+        mk = Megakernel(program, "static", policy="round_robin", knobs=knobs)
         st = mk.launch({}, x)
         mk.sync(st)
         ms = timed(captured(lambda mk=mk, st=st: mk.relaunch(st)).replay, iters, 3)
@@ -255,12 +259,15 @@ def stage_fns(name: str, env: dict, inputs: dict):
 
 
 # the example benchmark's megakernel variants: (label, Megakernel options)
-EXAMPLE_MODES = (("static", {}), ("static_x2", {"ctas_per_sm": 2}),
+EXAMPLE_MODES = (("static", {}), ("static_unstaged", {"knobs": {"ET_STAGE_BYTES": 0}}),
+                 ("static_relaxed_polls", {"knobs": {"ET_ACQUIRE_POLLS": 0}}),
+                 ("static_x2", {"ctas_per_sm": 2}),
                  ("static_x4", {"ctas_per_sm": 4}), ("static_x8", {"ctas_per_sm": 8}),
                  ("static_overlap", {"overlap_launches": True}),
                  ("static_x2_overlap", {"ctas_per_sm": 2, "overlap_launches": True}),
                  ("dynamic", {}), ("dynamic_late_push", {"early_push": False}),
                  ("hybrid", {}), ("unfused", {}))
+PROFILED = ("static", "static_unstaged", "static_x2")  # modes whose launches are profiled too
 EXAMPLES_TIMED = (("splitk_rowsum", {"n": 256}), ("symbolic_batch", {"B": 64}),
                   ("symbolic_batch", {"B": 1}))
 
@@ -270,20 +277,25 @@ def precompile(hop_links: int, dispatch_tasks: int) -> None:
     from eventtensor.backends.cuda.codegen import STAGES, generate, kernel_name
     from eventtensor.backends.cuda.compiler import compile_many
     from eventtensor.schedule import prepare
-    jobs = [(chain(hop_links), "static", 1), (chain_blocks(hop_links // 5), "static", 1),
-            (chain_nop(hop_links), "static", 1), (independent_nop(132), "static", 1)]
-    jobs += [(build(dispatch_tasks), mode, 1) for build in (independent, independent_nop)
+    relaxed = {"ET_ACQUIRE_POLLS": 0}
+    jobs = [(chain(hop_links), "static", 1, {}),
+            (chain_blocks(hop_links // 5), "static", 1, {}),
+            (chain_blocks(hop_links // 5), "static", 1, relaxed),
+            (chain_nop(hop_links), "static", 1, {}), (chain_nop(hop_links), "static", 1, relaxed),
+            (independent_nop(132), "static", 1, {})]
+    jobs += [(build(dispatch_tasks), mode, 1, {}) for build in (independent, independent_nop)
              for mode in ("static", "dynamic")]
     for name in dict(EXAMPLES_TIMED):
-        jobs += [(EXAMPLES[name].build(), STAGES, 1)]
-        jobs += [(EXAMPLES[name].build(), label.split("_")[0], opts.get("ctas_per_sm", 1))
-                 for label, opts in EXAMPLE_MODES]
+        jobs += [(EXAMPLES[name].build(), STAGES, 1, {})]
+        jobs += [(EXAMPLES[name].build(), label.split("_")[0], opts.get("ctas_per_sm", 1),
+                  opts.get("knobs", {})) for label, opts in EXAMPLE_MODES]
     kernels = {}
-    for program, mode, ctas in jobs:
+    for program, mode, ctas, knobs in jobs:
         p = prepare(program, "static" if mode == STAGES else mode)
-        kernels[kernel_name(p, mode, ctas)] = generate(p, mode, ctas)
+        src = generate(p, mode, ctas, knobs)
+        kernels[src] = kernel_name(p, mode, ctas)
     print(f"compiling {len(kernels)} kernels", flush=True)
-    compile_many([(src, name) for name, src in kernels.items()])
+    compile_many(list(kernels.items()))
 
 
 def bench_examples(iters: int, out: Path) -> list[dict]:
@@ -313,7 +325,7 @@ def bench_examples(iters: int, out: Path) -> list[dict]:
                 lambda mk=mk, st=st: mk.relaunch(st), iters)
             row[f"megakernel_{mode}_graph_ms"] = per_step(
                 lambda mk=mk, st=st: mk.relaunch(st), iters)
-            if mode in ("static", "static_x2"):  # where a step's time goes
+            if mode in PROFILED:  # where a step's time goes
                 st = mk.launch(env, inputs, profile=True)
                 mk.sync(st)
                 tr = mk.trace(st, f"{name} {mode} {env}")
@@ -350,7 +362,7 @@ def measured_vs_simulated(out: Path) -> dict:
 
 def best_static(e: dict) -> float:
     return min(e[f"megakernel_static{x}_graph_ms"]
-               for x in ("", "_x2", "_x4", "_x8", "_overlap", "_x2_overlap"))
+               for x in ("", "_relaxed_polls", "_x2", "_x4", "_x8", "_overlap", "_x2_overlap"))
 
 
 def markdown(r: dict) -> str:
@@ -362,10 +374,13 @@ def markdown(r: dict) -> str:
              f"| dependent hop, bare (chain of {hop['bare']['tasks']} `nop` tasks across SMs, "
              "each on thread 0 alone) | "
              f"{hop['bare']['us_per_hop']:.2f} us | <= 0.85 us (hand-written: 0.82 us) |",
+             f"| the same, relaxed polls and one acquire load after them "
+             f"(`ET_ACQUIRE_POLLS=0`) | {hop['bare_relaxed_polls']['us_per_hop']:.2f} us | - |",
              f"| dependent hop with a 1-element tile body (load, store) | "
              f"{hop['with_tile']['us_per_hop']:.2f} us | - |",
              f"| dependent hop with split-K's 32 x 32 partial-sum tile | "
-             f"{hop['with_block']['us_per_hop']:.2f} us | - |",
+             f"{hop['with_block']['us_per_hop']:.2f} us (relaxed polls: "
+             f"{hop['with_block_relaxed_polls']['us_per_hop']:.2f} us) | - |",
              f"| its split (profiled, medians): task (wait satisfied -> notified) / signal "
              f"(notified -> next wait satisfied) | {hop['with_tile']['task_us']:.2f} / "
              f"{hop['with_tile']['signal_us']:.2f} us | - |",
@@ -396,17 +411,20 @@ def markdown(r: dict) -> str:
              "grid (`StageKernels`: kernel boundaries instead of events); `torch` runs each "
              "stage as torch kernels.", "",
              "| example | binding | torch per stage, single / graph | tile stages, single / "
-             "graph | megakernel static, single | static, graph | static 2 / 4 / 8 CTAs per SM, "
+             "graph | megakernel static, single | static, graph | static unstaged / relaxed "
+             "polls, graph | static 2 / 4 / 8 CTAs per SM, "
              "graph | static 1 / 2 CTAs per SM, overlapped launches, graph | "
              "dynamic (early / late push), graph | hybrid, graph | unfused, graph | "
              "best static vs tile stages graph | vs torch graph |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in r["examples"]:
         lines.append(
             f"| {e['example']} | {e['binding']} | {e['torch_per_stage_ms']:.4f} / "
             f"{e['torch_stages_cuda_graph_ms']:.4f} | {e['tile_stages_ms']:.4f} / "
             f"{e['tile_stages_graph_ms']:.4f} | {e['megakernel_static_ms']:.4f} | "
             f"{e['megakernel_static_graph_ms']:.4f} | "
+            f"{e['megakernel_static_unstaged_graph_ms']:.4f} / "
+            f"{e['megakernel_static_relaxed_polls_graph_ms']:.4f} | "
             f"{e['megakernel_static_x2_graph_ms']:.4f} / "
             f"{e['megakernel_static_x4_graph_ms']:.4f} / "
             f"{e['megakernel_static_x8_graph_ms']:.4f} | "
@@ -417,11 +435,11 @@ def markdown(r: dict) -> str:
             f"{e['megakernel_hybrid_graph_ms']:.4f} | {e['megakernel_unfused_graph_ms']:.4f} | "
             f"{e['tile_stages_graph_ms'] / best_static(e):.2f}x | "
             f"{e['torch_stages_cuda_graph_ms'] / best_static(e):.2f}x |")
-        for mode in ("static", "static_x2"):
+        for mode in PROFILED:
             pr = e[f"megakernel_{mode}_profile"]
             lines.append(f"|  | profiled {mode}: makespan {pr['makespan_us']:.2f} us, prologue "
                          f"{pr['prologue_us']:.2f} us, epilogue {pr['epilogue_us']:.2f} us "
-                         "||||||||||||")
+                         "|||||||||||||")
     lines += ["", "## Where the time goes (profiled launches, medians in us)", "",
               "Per CTA: kernel entry -> launch arguments loaded (`args`) -> next launch's state "
               "reset (`reset`) -> first task fetched. Per task grid: fetched -> waits satisfied "
@@ -435,7 +453,7 @@ def markdown(r: dict) -> str:
              ("hop chain, 32 x 32 tiles", hop["with_block"]["anatomy"])]
     cases += [(f"{e['example']} {e['binding']} static{m.removeprefix('static')}",
                e[f"megakernel_{m}_profile"]["anatomy"]) for e in r["examples"]
-              for m in ("static", "static_x2")]
+              for m in PROFILED]
     for label, a in cases:
         c = a["cta"]
         grids = "; ".join(f"{g}: " + " / ".join(f"{v:.2f}" for v in ph.values())

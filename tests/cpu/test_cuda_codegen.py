@@ -46,7 +46,7 @@ def test_example_kernels_compile_for_sm90a(name, mode):
         if name == "toy_moe":  # the trigger range releases the grid only while it is dynamic
             assert "if (ET_GRID_DYNAMIC(3) && " in src
     if name == "splitk_gemv_bf16":  # bf16 x and W tiles, fp32 partials, bf16 y
-        assert "const EtBTile t0 = et_tile((et_bf16*)" in src
+        assert "const EtBTile t0 = et_staged(et_tile((et_bf16*)" in src  # input: staged
         assert "const EtTile t0 = et_tile((float*)" in src
     c = compile_source(src, kernel_name(p, mode))
     assert c.cubin[:4] == b"\x7fELF" and not c.cached

@@ -63,6 +63,26 @@ def test_examples_match_reference_and_interpreter(name, bindings, mode):
             np.testing.assert_allclose(got[k], cpu[k], rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("knobs", [
+    {"ET_STAGE_BYTES": 0},         # no staging: input tiles prefetched into L2
+    {"ET_STAGE_BYTES": 1024},      # some tiles fit the stage buffer, the rest go to L2
+    {"ET_ACQUIRE_POLLS": 0},       # relaxed polls, one acquire load after them
+])
+@pytest.mark.parametrize("mode", ["static", "hybrid"])
+def test_examples_with_device_library_settings(knobs, mode):
+    """Staged input tiles (all, some or none of them in shared memory) and either kind of
+    poll give the reference results, launch after launch."""
+    from eventtensor.backends.cuda.runtime import to_host
+    for name, env in (("splitk_rowsum", {"n": 37}), ("symbolic_batch", {"B": 7}),
+                      ("splitk_gemv_bf16", {"B": 16}), ("toy_moe", {"T": 13})):
+        ex = EXAMPLES[name]
+        mk = megakernel(ex.build(), mode, knobs=knobs)
+        inputs = ex.make_inputs(env, 11)
+        for _ in range(3):
+            out = mk.run(env, mk.to_device(inputs))
+            ex.check({k: to_host(out[k]) for k in ex.outputs}, inputs, env)
+
+
 @pytest.mark.parametrize("mode, ctas", [("static", 2), ("dynamic", 2), ("hybrid", 2),
                                         ("static", 4)])
 def test_several_ctas_per_sm(mode, ctas):

@@ -23,7 +23,17 @@ SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.
 MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 # device-library settings a kernel may override (runtime.cuh documents each)
-KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS")
+KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES")
+STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
+
+
+def stage_bytes(ctas_per_sm: int) -> int:
+    """Shared memory for staged input tiles per CTA (runtime.cuh ET_STAGE_BYTES): a power of
+    two, at most 32 KB, such that with the CTA's other shared memory (under 11 KB with the
+    block reserve) the CTAs fit the 228 KB of an SM (and a CTA its 48 KB of static shared
+    memory)."""
+    room = min(32768, 228 * 1024 // ctas_per_sm - 11 * 1024)
+    return 1 << (room.bit_length() - 1) if room >= 1024 else 0
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
@@ -179,6 +189,8 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
         raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols and "
                                f"{len(p.tensors)} tensors; the launch arguments hold "
                                f"{MAX_SLOTS - SYM_BASE} of them")
+    settings = {"ET_STAGE_BYTES": 0 if mode == STAGES else stage_bytes(ctas_per_sm),
+                **(knobs or {})}
     g = _Gen(p)
     out = [f"// eventtensor megakernel: program '{p.name}', {mode} schedule",
            f"// {len(p.grids)} task grids, {len(p.events)} event tensors, "
@@ -186,13 +198,13 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
            sym.C_PRELUDE,
            *(["#define ET_ARMED_COUNTS 1"] if dynamic else []),
            *(["#define ET_HYBRID 1"] if mode == "hybrid" else []),
-           *(f"#define {name} {value}" for name, value in sorted((knobs or {}).items())),
+           *(f"#define {name} {value}" for name, value in sorted(settings.items())),
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"', "",
            f"#define ET_TENSOR(i) (A[{SYM_BASE + len(p.symbols)} + (i)])", ""]
     out += _dispatch(g)
-    out += _prefetch(g) + _extra_waits(g) + _extra_notifies(g, dynamic) + _runtime_counts(g)
+    out += _stage(g) + _extra_waits(g) + _extra_notifies(g, dynamic) + _runtime_counts(g)
     out += _arm_written(g, dynamic) + _arm_inputs(g, dynamic) + _release_triggers(g, dynamic)
     if mode == STAGES:
         out += ["", f"ET_STAGE_KERNEL({kernel_name(p, mode)})", ""]
@@ -240,6 +252,7 @@ def _grid_switch(g: _Gen, header: str, case, switch_note: str = "",
 
 def _dispatch(g: _Gen) -> list[str]:
     def case(grid: TaskGrid, ren) -> tuple[str, list[str]]:
+        staged = {id(r): j for j, r in enumerate(_staged_regions(g, grid))}
         if grid.kind not in BODIES:
             raise UnsupportedOnGpu(f"task grid '{grid.name}' uses task kind '{grid.kind}', "
                                    "which has no CUDA body yet")
@@ -252,14 +265,15 @@ def _dispatch(g: _Gen) -> list[str]:
             if (role, tensor) not in regions:
                 raise UnsupportedOnGpu(f"task grid '{grid.name}' ({grid.kind}) must {role[:-1]} "
                                        f"tensor '{tensor}'")
-            lines += _tile(f"t{k}", regions[(role, tensor)], g, ren, role)
+            region = regions[(role, tensor)]
+            lines += _tile(f"t{k}", region, g, ren, role, staged.get(id(region)))
             args.append(f"t{k}")
         args += [str(int(grid.param_dict[name])) for name in params]  # type: ignore[arg-type]
         lines.append(f"        et_body_{grid.kind}({', '.join(args)});")
         return f"task grid {grid.name}, kind {grid.kind}", lines
 
     return _grid_switch(g, "__device__ void et_run_task(const long long* A, "
-                           "const EtTask& task) {",
+                           "const EtTask& task, void* const* staged) {",
                         case, "  // task grid")
 
 
@@ -275,7 +289,9 @@ def _tensor_of(grid: TaskGrid, role: str, which: str) -> str:
     return which
 
 
-def _tile(name: str, r: Region, g: _Gen, ren, role: str) -> list[str]:
+def _tile(name: str, r: Region, g: _Gen, ren, role: str, slot: int | None = None) -> list[str]:
+    """Lines building tile view `name` of region `r`; with `slot`, the view of its copy in
+    the stage buffer where et_stage put one there (runtime.cuh `et_staged`)."""
     t = g.p.tensor(r.tensor)
     if t.dtype not in CTYPE:
         raise UnsupportedOnGpu(f"tensor '{t.name}' has dtype {t.dtype}; the CUDA bodies take "
@@ -296,31 +312,46 @@ def _tile(name: str, r: Region, g: _Gen, ren, role: str) -> list[str]:
             dims.append((g.value(d.value, ren), "1", "nullptr"))
     lo, n, idx = ([x[k] for x in dims] for k in range(3))
     rank = len(shape)
-    return [f"        // {role} {r.tensor}[{', '.join(str(d) for d in r.map.dims)}]",
+    view = f"et_tile(({ctype}*)ET_TENSOR({g.tindex[r.tensor]}), {rank}, {name}_shape, " \
+           f"{name}_lo, {name}_n, {name}_idx)"
+    if slot is not None:
+        view = f"et_staged({view}, staged, {slot})"
+    return [f"        // {role} {r.tensor}[{', '.join(str(d) for d in r.map.dims)}]" +
+            (f" (staged: slot {slot})" if slot is not None else ""),
             f"        const long long {name}_shape[{rank}] = {{{', '.join(shape)}}};",
             f"        const long long {name}_lo[{rank}] = {{{', '.join(lo)}}};",
             f"        const long long {name}_n[{rank}] = {{{', '.join(n)}}};",
             f"        const int* const {name}_idx[{rank}] = {{{', '.join(idx)}}};",
-            f"        const {tile_t} {name} = et_tile(({ctype}*)ET_TENSOR({g.tindex[r.tensor]}), "
-            f"{rank}, {name}_shape, {name}_lo, {name}_n, {name}_idx);"]
+            f"        const {tile_t} {name} = {view};"]
 
 
-def _prefetch(g: _Gen) -> list[str]:
-    """Prefetch of each grid's input tiles: affine regions of input tensors, which no task
-    writes, so they can be loaded before the task's events complete."""
+def _staged_regions(g: _Gen, grid: TaskGrid) -> list[Region]:
+    """The input tiles of `grid` that are staged before its tasks wait (weight prefetch):
+    affine regions of input tensors, which no task writes, the first STAGE_TILES of them."""
+    return [r for r in grid.reads if g.p.tensor(r.tensor).role == "input"
+            and not r.map.is_data_dependent and g.p.tensor(r.tensor).dtype in CTYPE][:STAGE_TILES]
+
+
+def _stage(g: _Gen) -> list[str]:
+    """Staging of each grid's input tiles into the stage buffer (runtime.cuh et_stage)."""
     def case(grid: TaskGrid, ren):
-        regions = [r for r in grid.reads if g.p.tensor(r.tensor).role == "input"
-                   and not r.map.is_data_dependent and g.p.tensor(r.tensor).dtype in CTYPE]
+        regions = _staged_regions(g, grid)
         if not regions:
             return None
-        lines = []
-        for k, r in enumerate(regions):
-            lines += _tile(f"p{k}", r, g, ren, "prefetch")
-            lines.append(f"        et_prefetch_tile(p{k});")
+        lines = ["        int used = 0;"]
+        for j, r in enumerate(regions):
+            lines += _tile(f"p{j}", r, g, ren, "stage")
+            lines += [f"        void* const s{j} = et_stage_tile(p{j}, buf, used, "
+                      "buf ? ET_STAGE_BYTES : 0);",
+                      f"        if (threadIdx.x == 32) slots[{j}] = s{j};"]
         return f"task grid {grid.name}", lines
 
-    return _grid_switch(g, "__device__ void et_prefetch(const long long* A, const EtTask& task) {",
-                        case)
+    staging = " || ".join(f"g == {gi}" for gi, grid in enumerate(g.p.grids)
+                          if _staged_regions(g, grid)) or "false"
+    return _grid_switch(g, "__device__ void et_stage(const long long* A, const EtTask& task, "
+                           "void** slots, unsigned char* buf) {", case) + [
+        "__device__ __forceinline__ bool et_has_stage(int g) {",
+        f"    return {staging};", "}", ""]
 
 
 def _dd_edges(g: _Gen, grid: TaskGrid, kind: str) -> list[Edge]:

@@ -66,6 +66,12 @@ __device__ void et_fail(long long* err, int* abort_flag, long long task, long lo
 #ifndef ET_SLEEP_NS
 #define ET_SLEEP_NS 256
 #endif
+// ET_ACQUIRE_POLLS 1: every poll of a wait is an acquire load (each invalidates the SM's L1;
+// the poll that sees the count ends the wait); 0: polls are relaxed loads and one acquire
+// load of the counter follows the poll that sees the count (one more round trip to L2).
+#ifndef ET_ACQUIRE_POLLS
+#define ET_ACQUIRE_POLLS 1
+#endif
 
 __device__ __forceinline__ u64 et_ld_relaxed(const u64* p) {
     u64 v;
@@ -165,7 +171,9 @@ __device__ __forceinline__ EtTask et_load_task(const long long* A, int t) {
 }
 
 // Generated per program (codegen.py):
-__device__ void et_run_task(const long long* A, const EtTask& task);  // the dispatch switch
+// The dispatch switch: the body of `task`, its staged input tiles (if `staged`, see et_stage)
+// read from shared memory.
+__device__ void et_run_task(const long long* A, const EtTask& task, void* const* staged);
 // Whether tasks of grid g have data-dependent waits or a trigger (et_extra_waits).
 __device__ __forceinline__ bool et_has_extra_waits(int g);
 // Whether tasks of grid g have no body (kind nop): only waits and notifies.
@@ -173,8 +181,14 @@ __device__ __forceinline__ bool et_sync_only(int g);
 // Thread 0, after the table waits: data-dependent waits and the trigger of `task`.
 // Returns 1 to run the body, 2 if the task is guarded (no trigger range holds it), 0 on abort.
 __device__ int et_extra_waits(const long long* A, const EtTask& task);
-// All threads: prefetch the input tiles (affine regions of input tensors) of `task`.
-__device__ void et_prefetch(const long long* A, const EtTask& task);
+// Whether tasks of grid g read input tiles that et_stage stages (affine regions of input
+// tensors).
+__device__ __forceinline__ bool et_has_stage(int g);
+// Warps 1 ..: the input tiles of `task` into the stage buffer (et_stage_tile), as many as
+// fit; slots[j]: where its j-th input tile lies there, or null (the tile was prefetched into
+// L2 instead).
+__device__ void et_stage(const long long* A, const EtTask& task, void** slots,
+                         unsigned char* buf);
 // Thread 0, after the body: data-dependent notifies of `task`.
 __device__ void et_extra_notifies(const long long* A, const EtTask& task);
 // Wait count of element x whose count is read at run time from a tensor (table value -1).
@@ -212,20 +226,25 @@ __device__ __forceinline__ long long et_wait_count(const long long* A, int x, lo
 #define ET_WAIT_OK 1
 #define ET_WAIT_NEST 3
 
-// Thread 0 only: spin until the counter satisfies the wait (`et_satisfied`). Polls are
-// relaxed loads (an acquire load invalidates the SM's L1 each time); then one acquire load of
-// the counter (its value unused: it compiles to the L1 invalidation alone) orders the CTA's
-// later reads after the producers' writes. With `nest` set (hybrid mode), a blocked wait
-// polls the device queue too and returns ET_WAIT_NEST with the popped task in *nest.
+// A poll of a wait's counter (see ET_ACQUIRE_POLLS).
+__device__ __forceinline__ u64 et_poll(const u64* counter) {
+    return ET_ACQUIRE_POLLS ? et_ld_acquire(counter) : et_ld_relaxed(counter);
+}
+
+// Thread 0 only: spin until the counter satisfies the wait (`et_satisfied`); the poll that
+// sees it (an acquire load), or with relaxed polls one acquire load after it, orders the
+// CTA's later reads after the producers' writes (ET_ACQUIRE_POLLS). With `nest` set (hybrid
+// mode), a blocked wait polls the device queue too and returns ET_WAIT_NEST with the popped
+// task in *nest.
 __device__ int et_wait(const long long* A, int x, int shift, long long count, long long task,
                        int* nest) {
     u64* counter = &ET_COUNTER[x];
-    u64 v = et_ld_relaxed(counter);
+    u64 v = et_poll(counter);
     if (!et_satisfied(v, shift, count)) {
         const u64 start = et_globaltimer();
         bool sleepy = false;
         for (unsigned polls = 1;; ++polls) {
-            v = et_ld_relaxed(counter);
+            v = et_poll(counter);
             if (et_satisfied(v, shift, count)) break;
 #ifdef ET_HYBRID
             if (nest && polls % 4 == 0 && (*nest = et_try_pop(A)) >= 0) return ET_WAIT_NEST;
@@ -242,7 +261,7 @@ __device__ int et_wait(const long long* A, int x, int shift, long long count, lo
             if (sleepy) et_nanosleep(ET_SLEEP_NS);
         }
     }
-    et_ld_acquire(counter);
+    if (!ET_ACQUIRE_POLLS) et_ld_acquire(counter);
     return ET_WAIT_OK;
 }
 
@@ -343,12 +362,6 @@ __device__ EtView et_global_view(const long long* A, int t) {
     return v;
 }
 
-// Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
-// waits and after the body (a static task without a body: et_do_sync_task). While thread 0
-// notifies, warps 1 .. prefetch the input tiles of `next` (if any) into L2. `fetch_ns`: when
-// the task was fetched (profiling). A task of the device queue (`DYNAMIC`) is retired after
-// its notifies; in hybrid mode a static task's blocked wait runs popped dynamic tasks in
-// between (`et_wait_task`), then waits again. False if the launch is aborting.
 // Thread 0, once the CTA's writes of task `v` are done: one release fence, then its notifies
 // (and their profiling stamps).
 __device__ __forceinline__ void et_publish_task(const long long* A, const EtView& v, u64* prof) {
@@ -374,18 +387,58 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
     if (ok == 1) et_publish_task(A, v, prof);
 }
 
+// The stage buffer (weight prefetch): ET_STAGE_BYTES of shared memory (codegen.py sizes it
+// by the CTAs per SM; 0: no staging, input tiles are prefetched into L2) holding the input
+// tiles of the task a CTA runs next, and where each of them lies there.
+#ifndef ET_STAGE_BYTES
+#define ET_STAGE_BYTES 32768
+#endif
+#define ET_STAGE_TILES 4  // input tiles staged per task (et_stage), at most
+__device__ __forceinline__ void** et_stage_slots() {
+    __shared__ void* slots[ET_STAGE_TILES];
+    return slots;
+}
+__device__ __forceinline__ unsigned char* et_stage_buf() {
+    __shared__ alignas(16) unsigned char buf[ET_STAGE_BYTES > 0 ? ET_STAGE_BYTES : 16];
+    return buf;
+}
+__device__ __forceinline__ void et_cp_async_wait_all() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// Whether a static task of grid g takes et_do_sync_task (thread 0 alone; no staging).
+__device__ __forceinline__ bool et_thread0_task(int g) {
+#ifdef ET_HYBRID  // (hybrid: a blocked wait may run a dynamic task, which takes the CTA)
+    return false;
+#else
+    return et_sync_only(g);
+#endif
+}
+
+// Whether et_do_task of a static task of grid g stages the input tiles of `next`.
+__device__ __forceinline__ bool et_stages_next(int g, const EtTask* next) {
+    return ET_STAGE_BYTES > 0 && next && !et_thread0_task(g) && et_has_stage(next->a.x);
+}
+
+// Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
+// waits and after the body (a static task without a body: et_do_sync_task). While thread 0
+// notifies, warps 1 .. stage the input tiles of `next` (if any) into shared memory, where
+// the body of `next` reads them (`staged` set for it: every thread waits for its copies
+// before the first barrier). `fetch_ns`: when the task was fetched (profiling). A task of
+// the device queue (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's
+// blocked wait runs popped dynamic tasks in between (`et_wait_task`), then waits again.
+// False if the launch is aborting.
 template <bool DYNAMIC>
 __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* next,
-                           u64 fetch_ns) {
+                           u64 fetch_ns, bool staged) {
     __shared__ int s_ok, s_nest;
-#ifndef ET_HYBRID  // (hybrid: a blocked wait may run a dynamic task, which takes the CTA)
-    if (!DYNAMIC && et_sync_only(v.task.a.x)) {
+    if (!DYNAMIC && et_thread0_task(v.task.a.x)) {
         et_do_sync_task(A, v, fetch_ns);
         return true;
     }
-#endif
-    int ok = 1;  // a task without waits needs neither thread 0's verdict nor its barrier
-    while (v.num_waits || et_has_extra_waits(v.task.a.x)) {
+    if (staged) et_cp_async_wait_all();
+    int ok = 1;  // a task without waits or staged tiles needs neither verdict nor barrier
+    while (v.num_waits || et_has_extra_waits(v.task.a.x) || staged) {
         if (threadIdx.x == 0) {
 #ifdef ET_HYBRID
             s_ok = et_wait_task(A, v, DYNAMIC ? nullptr : &s_nest);
@@ -400,7 +453,7 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
             const int t = s_nest;
             __syncthreads();  // s_ok and s_nest are read before the nested task rewrites them
             if (!et_do_task<true>(A, et_global_view(A, t), nullptr,
-                                  ET_PROF ? et_globaltimer() : 0))
+                                  ET_PROF ? et_globaltimer() : 0, false))
                 return false;
         }
     }
@@ -410,11 +463,12 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
         et_stamp(prof, v.task.id, 1);
     }
     if (ok == 0) return false;
-    if (ok == 1) et_run_task(A, v.task);
+    if (ok == 1) et_run_task(A, v.task, staged ? et_stage_slots() : nullptr);
     if (threadIdx.x == 0) et_stamp(prof, v.task.id, 2);
     __syncthreads();
     if (threadIdx.x >= 32) {  // warps 1 ..: warp 0 stays converged for thread 0's notifies
-        if (next) et_prefetch(A, *next);
+        if (next) et_stage(A, *next, et_stage_slots(), ET_STAGE_BYTES > 0 ? et_stage_buf()
+                                                                         : nullptr);
     } else if (threadIdx.x == 0) {
         et_stamp(prof, v.task.id, 3);
         if (ok == 1) et_publish_task(A, v, prof);
@@ -552,6 +606,7 @@ __device__ bool et_static_loop(const long long* A) {
     const int lo = (int)A[ET_SM_ARGS], hi = (int)A[ET_SM_ARGS + 1];
     const int w_end = (int)A[ET_SM_ARGS + 3], n_end = (int)A[ET_SM_ARGS + 5];
     int w0 = (int)A[ET_SM_ARGS + 2], n0 = (int)A[ET_SM_ARGS + 4];
+    bool staged = false;  // whether the task up next has its input tiles staged
     for (int p0 = lo; p0 < hi; p0 += ET_CHUNK) {
         const int n = min(ET_CHUNK, hi - p0);
         const int w_have = min(ET_CHUNK_WAITS, w_end - w0);
@@ -594,7 +649,9 @@ __device__ bool et_static_loop(const long long* A) {
                 next.a = ch.rec[2 * k + 2];
                 next.b = ch.rec[2 * k + 3];
             }
-            if (!et_do_task<false>(A, v, k + 1 < n ? &next : nullptr, fetch_ns)) return false;
+            const EtTask* after = k + 1 < n ? &next : nullptr;
+            if (!et_do_task<false>(A, v, after, fetch_ns, staged)) return false;
+            staged = et_stages_next(v.task.a.x, after);
         }
         w0 += nw;
         n0 += nn;
@@ -620,7 +677,8 @@ __device__ void et_dynamic_loop(const long long* A) {
         __syncthreads();
         const int t = s_task;
         if (t < 0) return;
-        if (!et_do_task<true>(A, et_global_view(A, t), nullptr, ET_PROF ? et_globaltimer() : 0))
+        if (!et_do_task<true>(A, et_global_view(A, t), nullptr, ET_PROF ? et_globaltimer() : 0,
+                              false))
             return;
     }
 }
@@ -669,5 +727,5 @@ struct EtSlots {
         task.id = -1;                                                                         \
         task.a = make_int4(g, 0, 0, 0);                                                       \
         task.b = make_int4(0, blockIdx.x, blockIdx.y, blockIdx.z);                            \
-        et_run_task(args.v, task);                                                            \
+        et_run_task(args.v, task, nullptr);                                                   \
     }
