@@ -3,7 +3,13 @@ import numpy as np
 import pytest
 
 from eventtensor import ProgramBuilder
-from eventtensor.backends.cuda.codegen import UnsupportedOnGpu, generate, kernel_name
+from eventtensor.backends.cuda.codegen import (
+    STAGES,
+    UnsupportedOnGpu,
+    generate,
+    kernel_name,
+    stage_bytes,
+)
 from eventtensor.backends.cuda.compiler import CompileError, compile_many, compile_source
 from eventtensor.backends.cuda.runtime import (
     EARLY_BIT,
@@ -252,8 +258,33 @@ def test_knobs_are_defined_before_the_device_library_and_checked():
     assert src.index("#define ET_SPIN_NS 50000") < src.index('#include "eventtensor/runtime.cuh"')
     compile_source(src, kernel_name(p, "static"))
     with pytest.raises(ValueError, match="knob ET_CHUNK=8: the device library's knobs are "
-                                         "ET_SPIN_NS, ET_SLEEP_NS"):
+                                         "ET_SPIN_NS, ET_SLEEP_NS, ET_ACQUIRE_POLLS"):
         generate(p, "static", knobs={"ET_CHUNK": 8})
+    with pytest.raises(ValueError, match="ET_STAGE_BYTES=40000: the stage buffer takes a "
+                                         "multiple of 16 bytes, at most 16384 with 8 CTA"):
+        generate(p, "static", 8, knobs={"ET_STAGE_BYTES": 40000})
+
+
+def test_stage_buffer_fits_the_ctas_of_an_sm():
+    """The stage buffer by CTAs per SM: 32 KB while it fits, halved as CTAs are added; the
+    kernel's whole static shared memory stays within an SM's 228 KB."""
+    assert [stage_bytes(c) for c in (1, 2, 4, 5, 6, 8)] == [32768] * 4 + [16384] * 2
+    src = generate(program_for("symbolic_batch", "static"), "static", 8)
+    assert "#define ET_STAGE_BYTES 16384" in src
+    assert "#define ET_STAGE_BYTES 0" in generate(program_for("symbolic_batch", "static"),
+                                                   STAGES)
+
+
+def test_input_tiles_are_staged_and_read_from_the_stage_buffer():
+    """gemm2_partial stages its W2 tile (an input), not its Y1 tile (written by a task), and
+    reads W2 through et_staged."""
+    src = generate(program_for("symbolic_batch", "static"), "static")
+    case = src[src.index("case 2: {  // task grid gemm2_partial", src.index("et_stage(")):]
+    case = case[:case.index("break;")]
+    assert "// stage W2[" in case and "Y1" not in case
+    assert "const EtTile t1 = et_staged(et_tile((float*)ET_TENSOR(2)" in src
+    assert "const EtTile t0 = et_tile((float*)ET_TENSOR(4)" in src  # Y1: from global memory
+    assert "return g == 0 || g == 2;" in src  # et_has_stage: the GEMM partials
 
 
 def test_compile_many_fills_the_cache_in_parallel():

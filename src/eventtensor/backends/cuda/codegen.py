@@ -177,6 +177,11 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
         if name not in KNOBS or not isinstance(value, int) or value < 0:
             raise ValueError(f"knob {name}={value!r}: the device library's knobs are "
                              f"{', '.join(KNOBS)}, each a non-negative int")
+    staging = (knobs or {}).get("ET_STAGE_BYTES", 0)
+    if staging % 16 or staging > stage_bytes(ctas_per_sm):
+        raise ValueError(f"knob ET_STAGE_BYTES={staging}: the stage buffer takes a multiple of "
+                         f"16 bytes, at most {stage_bytes(ctas_per_sm)} with {ctas_per_sm} "
+                         "CTA(s) per SM")
     if mode not in GPU_MODES + (STAGES,):
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")
