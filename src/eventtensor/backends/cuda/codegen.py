@@ -28,8 +28,8 @@ STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 
 
 def stage_bytes(ctas_per_sm: int) -> int:
-    """Shared memory for staged input tiles per CTA (runtime.cuh ET_STAGE_BYTES): a power of
-    two, at most 32 KB, such that with the CTA's other shared memory (under 11 KB with the
+    """Shared memory for staged input tiles per CTA (runtime.cuh ET_STAGE_BYTES, two halves:
+    the current task's tiles and the next one's): a power of two, at most 32 KB, such that with the CTA's other shared memory (under 11 KB with the
     block reserve) the CTAs fit the 228 KB of an SM (and a CTA its 48 KB of static shared
     memory)."""
     room = min(32768, 228 * 1024 // ctas_per_sm - 11 * 1024)
@@ -347,7 +347,7 @@ def _stage(g: _Gen) -> list[str]:
         for j, r in enumerate(regions):
             lines += _tile(f"p{j}", r, g, ren, "stage")
             lines += [f"        void* const s{j} = et_stage_tile(p{j}, buf, used, "
-                      "buf ? ET_STAGE_BYTES : 0);",
+                      "buf ? ET_STAGE_BYTES / 2 : 0);",
                       f"        if (threadIdx.x == 32) slots[{j}] = s{j};"]
         return f"task grid {grid.name}", lines
 

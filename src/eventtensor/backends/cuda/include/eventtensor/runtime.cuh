@@ -376,7 +376,6 @@ __device__ __forceinline__ void et_publish_task(const long long* A, const EtView
 // other threads go on to the next task (whose barriers wait for thread 0). After an abort,
 // thread 0 goes on too: the CTA's next blocked wait sees the abort flag and ends the loop.
 __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_ns) {
-    if (threadIdx.x != 0) return;
     u64* const prof = ET_PROF;
     const int ok = et_wait_task(A, v, nullptr);
     if (prof) {
@@ -388,25 +387,27 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
 }
 
 // The stage buffer (weight prefetch): ET_STAGE_BYTES of shared memory (codegen.py sizes it
-// by the CTAs per SM; 0: no staging, input tiles are prefetched into L2) holding the input
-// tiles of the task a CTA runs next, and where each of them lies there.
+// by the CTAs per SM; 0: no staging, input tiles are prefetched into L2) in two halves: the
+// input tiles of the task a CTA runs now and of the one after it, and where each of them lies
+// there. A static task at an even position of the CTA's stream uses half 0, at an odd one
+// half 1, so that the tiles of the next task are copied while the current one runs.
 #ifndef ET_STAGE_BYTES
 #define ET_STAGE_BYTES 32768
 #endif
 #define ET_STAGE_TILES 4  // input tiles staged per task (et_stage), at most
-__device__ __forceinline__ void** et_stage_slots() {
-    __shared__ void* slots[ET_STAGE_TILES];
-    return slots;
+__device__ __forceinline__ void** et_stage_slots(int half) {
+    __shared__ void* slots[2][ET_STAGE_TILES];
+    return slots[half];
 }
-__device__ __forceinline__ unsigned char* et_stage_buf() {
-    __shared__ alignas(16) unsigned char buf[ET_STAGE_BYTES > 0 ? ET_STAGE_BYTES : 16];
-    return buf;
+__device__ __forceinline__ unsigned char* et_stage_buf(int half) {
+    __shared__ alignas(16) unsigned char buf[ET_STAGE_BYTES > 0 ? ET_STAGE_BYTES : 32];
+    return ET_STAGE_BYTES > 0 ? buf + half * (ET_STAGE_BYTES / 2) : nullptr;
 }
 __device__ __forceinline__ void et_cp_async_wait_all() {
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-// Whether a static task of grid g takes et_do_sync_task (thread 0 alone; no staging).
+// Whether a static task of grid g takes et_do_sync_task (thread 0 alone).
 __device__ __forceinline__ bool et_thread0_task(int g) {
 #ifdef ET_HYBRID  // (hybrid: a blocked wait may run a dynamic task, which takes the CTA)
     return false;
@@ -415,28 +416,38 @@ __device__ __forceinline__ bool et_thread0_task(int g) {
 #endif
 }
 
-// Whether et_do_task of a static task of grid g stages the input tiles of `next`.
-__device__ __forceinline__ bool et_stages_next(int g, const EtTask* next) {
-    return ET_STAGE_BYTES > 0 && next && !et_thread0_task(g) && et_has_stage(next->a.x);
+// Whether et_do_task stages the input tiles of `next`.
+__device__ __forceinline__ bool et_stages(const EtTask* next) {
+    return ET_STAGE_BYTES > 0 && next && et_has_stage(next->a.x);
+}
+
+// Warps 1 .. of the CTA, at the start of a static task in stage-buffer half `half`: wait for
+// the copies of its own staged tiles (`staged`), then start those of `next` into the other
+// half (or prefetch them into L2), while thread 0 waits on the task's events.
+__device__ __forceinline__ void et_stage_next(const long long* A, const EtTask* next, int half,
+                                              bool staged) {
+    if (threadIdx.x < 32) return;
+    if (staged) et_cp_async_wait_all();
+    if (next) et_stage(A, *next, et_stage_slots(half ^ 1), et_stage_buf(half ^ 1));
 }
 
 // Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
-// waits and after the body (a static task without a body: et_do_sync_task). While thread 0
-// notifies, warps 1 .. stage the input tiles of `next` (if any) into shared memory, where
-// the body of `next` reads them (`staged` set for it: every thread waits for its copies
-// before the first barrier). `fetch_ns`: when the task was fetched (profiling). A task of
-// the device queue (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's
-// blocked wait runs popped dynamic tasks in between (`et_wait_task`), then waits again.
-// False if the launch is aborting.
+// waits and after the body (a static task without a body: et_do_sync_task). Meanwhile warps
+// 1 .. stage the input tiles of `next` (et_stage_next); the body of a task whose tiles are
+// staged (`staged`, in half `half` of the stage buffer) reads them there, after the first
+// barrier. `fetch_ns`: when the task was fetched (profiling). A task of the device queue
+// (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's blocked wait
+// runs popped dynamic tasks in between (`et_wait_task`), then waits again. False if the
+// launch is aborting.
 template <bool DYNAMIC>
 __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* next,
-                           u64 fetch_ns, bool staged) {
+                           u64 fetch_ns, bool staged, int half) {
     __shared__ int s_ok, s_nest;
+    if (!DYNAMIC) et_stage_next(A, next, half, staged);
     if (!DYNAMIC && et_thread0_task(v.task.a.x)) {
-        et_do_sync_task(A, v, fetch_ns);
+        if (threadIdx.x == 0) et_do_sync_task(A, v, fetch_ns);
         return true;
     }
-    if (staged) et_cp_async_wait_all();
     int ok = 1;  // a task without waits or staged tiles needs neither verdict nor barrier
     while (v.num_waits || et_has_extra_waits(v.task.a.x) || staged) {
         if (threadIdx.x == 0) {
@@ -453,7 +464,7 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
             const int t = s_nest;
             __syncthreads();  // s_ok and s_nest are read before the nested task rewrites them
             if (!et_do_task<true>(A, et_global_view(A, t), nullptr,
-                                  ET_PROF ? et_globaltimer() : 0, false))
+                                  ET_PROF ? et_globaltimer() : 0, false, 0))
                 return false;
         }
     }
@@ -463,13 +474,10 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
         et_stamp(prof, v.task.id, 1);
     }
     if (ok == 0) return false;
-    if (ok == 1) et_run_task(A, v.task, staged ? et_stage_slots() : nullptr);
+    if (ok == 1) et_run_task(A, v.task, staged ? et_stage_slots(half) : nullptr);
     if (threadIdx.x == 0) et_stamp(prof, v.task.id, 2);
     __syncthreads();
-    if (threadIdx.x >= 32) {  // warps 1 ..: warp 0 stays converged for thread 0's notifies
-        if (next) et_stage(A, *next, et_stage_slots(), ET_STAGE_BYTES > 0 ? et_stage_buf()
-                                                                         : nullptr);
-    } else if (threadIdx.x == 0) {
+    if (threadIdx.x == 0) {
         et_stamp(prof, v.task.id, 3);
         if (ok == 1) et_publish_task(A, v, prof);
         if (DYNAMIC) {
@@ -650,8 +658,8 @@ __device__ bool et_static_loop(const long long* A) {
                 next.b = ch.rec[2 * k + 3];
             }
             const EtTask* after = k + 1 < n ? &next : nullptr;
-            if (!et_do_task<false>(A, v, after, fetch_ns, staged)) return false;
-            staged = et_stages_next(v.task.a.x, after);
+            if (!et_do_task<false>(A, v, after, fetch_ns, staged, (p0 + k) & 1)) return false;
+            staged = et_stages(after);
         }
         w0 += nw;
         n0 += nn;
@@ -678,7 +686,7 @@ __device__ void et_dynamic_loop(const long long* A) {
         const int t = s_task;
         if (t < 0) return;
         if (!et_do_task<true>(A, et_global_view(A, t), nullptr, ET_PROF ? et_globaltimer() : 0,
-                              false))
+                              false, 0))
             return;
     }
 }
