@@ -258,11 +258,13 @@ def test_knobs_are_defined_before_the_device_library_and_checked():
     assert src.index("#define ET_SPIN_NS 50000") < src.index('#include "eventtensor/runtime.cuh"')
     compile_source(src, kernel_name(p, "static"))
     with pytest.raises(ValueError, match="knob ET_CHUNK=8: the device library's knobs are "
-                                         "ET_SPIN_NS, ET_SLEEP_NS, ET_ACQUIRE_POLLS"):
+                                         "ET_SPIN_NS, ET_SLEEP_NS, ET_ACQUIRE_POLLS, ET_STAGE_BYTES"):
         generate(p, "static", knobs={"ET_CHUNK": 8})
     with pytest.raises(ValueError, match="ET_STAGE_BYTES=40000: the stage buffer takes a "
                                          "multiple of 16 bytes, at most 16384 with 8 CTA"):
         generate(p, "static", 8, knobs={"ET_STAGE_BYTES": 40000})
+    with pytest.raises(ValueError, match="knob ET_DEFER_MAX=0: a CTA holds back"):
+        generate(p, "static", knobs={"ET_DEFER_MAX": 0})
 
 
 def test_stage_buffer_fits_the_ctas_of_an_sm():

@@ -67,6 +67,8 @@ def test_examples_match_reference_and_interpreter(name, bindings, mode):
     {"ET_STAGE_BYTES": 0},         # no staging: input tiles prefetched into L2
     {"ET_STAGE_BYTES": 1024},      # some tiles fit the stage buffer, the rest go to L2
     {"ET_ACQUIRE_POLLS": 0},       # relaxed polls, one acquire load after them
+    {"ET_DEFER_MAX": 1},           # every task publishes its notifies at once
+    {"ET_DEFER_MAX": 3},           # runs of wait-free tasks cut every two tasks
 ])
 @pytest.mark.parametrize("mode", ["static", "hybrid"])
 def test_examples_with_device_library_settings(knobs, mode):

@@ -23,7 +23,7 @@ SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.
 MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 # device-library settings a kernel may override (runtime.cuh documents each)
-KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES")
+KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX")
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 
 
@@ -182,6 +182,9 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
         raise ValueError(f"knob ET_STAGE_BYTES={staging}: the stage buffer takes a multiple of "
                          f"16 bytes, at most {stage_bytes(ctas_per_sm)} with {ctas_per_sm} "
                          "CTA(s) per SM")
+    if (knobs or {}).get("ET_DEFER_MAX", 1) < 1:
+        raise ValueError("knob ET_DEFER_MAX=0: a CTA holds back the notifies of at most "
+                         "ET_DEFER_MAX - 1 tasks; it takes 1 (none) or more")
     if mode not in GPU_MODES + (STAGES,):
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")

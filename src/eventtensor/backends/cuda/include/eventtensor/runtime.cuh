@@ -372,6 +372,42 @@ __device__ __forceinline__ void et_publish_task(const long long* A, const EtView
     if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
 }
 
+// Notifies held back (static and unfused modes): while the task a CTA runs next cannot block
+// -- it has no waits, or the same table waits as the task before it (satisfied already), and
+// no data-dependent ones -- thread 0 defers the notifies of the tasks it ran, up to
+// ET_DEFER_MAX tasks; the task after which the next one could block publishes them all
+// behind one release fence (a run of wait-free tiles pays one fence, not one per tile).
+// Nothing this CTA runs meanwhile waits on a held notify (the run's waits are those of its
+// first task), so holding them back cannot deadlock. Not in hybrid and dynamic modes (armed
+// runtime counts).
+#ifndef ET_DEFER_MAX
+#define ET_DEFER_MAX 8
+#endif
+struct EtRun {  // in shared memory, used by thread 0 alone
+    EtView held[ET_DEFER_MAX];
+    int n;
+};
+__device__ __forceinline__ EtRun& et_run() {
+    __shared__ EtRun run;
+    return run;
+}
+
+// Thread 0: publish the held tasks of `run`: one release fence (if any of them notifies),
+// then their notifies (and profiling stamps).
+__device__ void et_publish_run(const long long* A, EtRun& run, u64* prof) {
+    bool any = false;
+    for (int i = 0; i < run.n; ++i) any |= run.held[i].num_notifies > 0;
+    if (any) et_fence_release();
+    for (int i = 0; i < run.n; ++i) {
+        const EtView& v = run.held[i];
+        et_stamp(prof, v.task.id, 4);
+        et_notify_task(A, v);
+        et_stamp(prof, v.task.id, 5);
+        if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
+    }
+    run.n = 0;
+}
+
 // A task without a body (kind nop) of a static queue: thread 0 alone waits and notifies; the
 // other threads go on to the next task (whose barriers wait for thread 0). After an abort,
 // thread 0 goes on too: the CTA's next blocked wait sees the abort flag and ends the loop.
@@ -431,17 +467,37 @@ __device__ __forceinline__ void et_stage_next(const long long* A, const EtTask* 
     if (next) et_stage(A, *next, et_stage_slots(half ^ 1), et_stage_buf(half ^ 1));
 }
 
+// Whether thread 0 may hold back the notifies of `v` (see EtRun) with `next` (its waits:
+// `next_waits`, `num_next_waits`) the task its CTA runs next.
+__device__ __forceinline__ bool et_defers(const EtView& v, const EtTask* next,
+                                          const int2* next_waits, int num_next_waits,
+                                          const EtRun& run) {
+#ifdef ET_ARMED_COUNTS
+    return false;
+#else
+    if (!next || run.n + 1 >= ET_DEFER_MAX || et_thread0_task(v.task.a.x) ||
+        et_thread0_task(next->a.x) || et_has_extra_waits(next->a.x))
+        return false;
+    if (num_next_waits == 0) return true;
+    if (num_next_waits != v.num_waits) return false;
+    for (int i = 0; i < num_next_waits; ++i)
+        if (next_waits[i].x != v.waits[i].x || next_waits[i].y != v.waits[i].y) return false;
+    return true;
+#endif
+}
+
 // Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
 // waits and after the body (a static task without a body: et_do_sync_task). Meanwhile warps
 // 1 .. stage the input tiles of `next` (et_stage_next); the body of a task whose tiles are
 // staged (`staged`, in half `half` of the stage buffer) reads them there, after the first
-// barrier. `fetch_ns`: when the task was fetched (profiling). A task of the device queue
+// barrier. A static task's notifies go to `run` (thread 0's), published now unless `defer`
+// (see EtRun). `fetch_ns`: when the task was fetched (profiling). A task of the device queue
 // (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's blocked wait
 // runs popped dynamic tasks in between (`et_wait_task`), then waits again. False if the
 // launch is aborting.
 template <bool DYNAMIC>
 __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* next,
-                           u64 fetch_ns, bool staged, int half) {
+                           u64 fetch_ns, bool staged, int half, EtRun* run, bool defer) {
     __shared__ int s_ok, s_nest;
     if (!DYNAMIC) et_stage_next(A, next, half, staged);
     if (!DYNAMIC && et_thread0_task(v.task.a.x)) {
@@ -464,7 +520,7 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
             const int t = s_nest;
             __syncthreads();  // s_ok and s_nest are read before the nested task rewrites them
             if (!et_do_task<true>(A, et_global_view(A, t), nullptr,
-                                  ET_PROF ? et_globaltimer() : 0, false, 0))
+                                  ET_PROF ? et_globaltimer() : 0, false, 0, nullptr, false))
                 return false;
         }
     }
@@ -479,7 +535,12 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
     __syncthreads();
     if (threadIdx.x == 0) {
         et_stamp(prof, v.task.id, 3);
-        if (ok == 1) et_publish_task(A, v, prof);
+        if (DYNAMIC) {
+            if (ok == 1) et_publish_task(A, v, prof);
+        } else {
+            if (ok == 1) run->held[run->n++] = v;
+            if (!defer) et_publish_run(A, *run, prof);
+        }
         if (DYNAMIC) {
             et_retire(A, v.task);
         } else {
@@ -615,6 +676,8 @@ __device__ bool et_static_loop(const long long* A) {
     const int w_end = (int)A[ET_SM_ARGS + 3], n_end = (int)A[ET_SM_ARGS + 5];
     int w0 = (int)A[ET_SM_ARGS + 2], n0 = (int)A[ET_SM_ARGS + 4];
     bool staged = false;  // whether the task up next has its input tiles staged
+    EtRun& run = et_run();  // thread 0: the tasks whose notifies it holds back
+    if (threadIdx.x == 0) run.n = 0;
     for (int p0 = lo; p0 < hi; p0 += ET_CHUNK) {
         const int n = min(ET_CHUNK, hi - p0);
         const int w_have = min(ET_CHUNK_WAITS, w_end - w0);
@@ -658,7 +721,11 @@ __device__ bool et_static_loop(const long long* A) {
                 next.b = ch.rec[2 * k + 3];
             }
             const EtTask* after = k + 1 < n ? &next : nullptr;
-            if (!et_do_task<false>(A, v, after, fetch_ns, staged, (p0 + k) & 1)) return false;
+            const bool defer = threadIdx.x == 0 && after &&  // (thread 0's decision)
+                               et_defers(v, after, waits + (next.a.y - w0),
+                                         next.a.z - next.a.y, run);
+            if (!et_do_task<false>(A, v, after, fetch_ns, staged, (p0 + k) & 1, &run, defer))
+                return false;
             staged = et_stages(after);
         }
         w0 += nw;
@@ -686,7 +753,7 @@ __device__ void et_dynamic_loop(const long long* A) {
         const int t = s_task;
         if (t < 0) return;
         if (!et_do_task<true>(A, et_global_view(A, t), nullptr, ET_PROF ? et_globaltimer() : 0,
-                              false, 0))
+                              false, 0, nullptr, false))
             return;
     }
 }
