@@ -363,7 +363,8 @@ def measured_vs_simulated(out: Path) -> dict:
 
 def best_static(e: dict) -> float:
     return min(e[f"megakernel_static{x}_graph_ms"]
-               for x in ("", "_relaxed_polls", "_undeferred", "_x2", "_x4", "_x8", "_overlap", "_x2_overlap"))
+               for x in ("", "_relaxed_polls", "_undeferred", "_x2", "_x4", "_x8", "_overlap",
+                         "_x2_overlap"))
 
 
 def markdown(r: dict) -> str:

@@ -258,7 +258,8 @@ def test_knobs_are_defined_before_the_device_library_and_checked():
     assert src.index("#define ET_SPIN_NS 50000") < src.index('#include "eventtensor/runtime.cuh"')
     compile_source(src, kernel_name(p, "static"))
     with pytest.raises(ValueError, match="knob ET_CHUNK=8: the device library's knobs are "
-                                         "ET_SPIN_NS, ET_SLEEP_NS, ET_ACQUIRE_POLLS, ET_STAGE_BYTES"):
+                                         "ET_SPIN_NS, ET_SLEEP_NS, ET_ACQUIRE_POLLS, "
+                                         "ET_STAGE_BYTES, ET_DEFER_MAX"):
         generate(p, "static", knobs={"ET_CHUNK": 8})
     with pytest.raises(ValueError, match="ET_STAGE_BYTES=40000: the stage buffer takes a "
                                          "multiple of 16 bytes, at most 16384 with 8 CTA"):

@@ -21,8 +21,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _example_kernels_compiled():
-    """The examples' kernels in every mode (and with 2 and 4 CTAs per SM), compiled in
-    parallel into the cache before the first test needs one."""
+    """The examples' kernels in every mode (and with 2 and 4 CTAs per SM, and with the device
+    library settings of test_examples_with_device_library_settings), compiled in parallel
+    into the cache before the first test needs one."""
     if not _has_gpu():
         return
     from eventtensor.backends.cuda.codegen import GPU_MODES, generate, kernel_name
@@ -36,4 +37,10 @@ def _example_kernels_compiled():
             for ctas in ((1, 2, 4) if mode == "static" else (1, 2) if mode != "unfused"
                          else (1,)):
                 kernels.append((generate(p, mode, ctas), kernel_name(p, mode, ctas)))
+    from test_megakernel import KNOB_CASES, KNOB_MODES
+    for ex in EXAMPLES.values():
+        for mode in KNOB_MODES:
+            p = prepare(ex.build(), mode)
+            kernels += [(generate(p, mode, 1, knobs), kernel_name(p, mode))
+                        for knobs in KNOB_CASES]
     compile_many(kernels)

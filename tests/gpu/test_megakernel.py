@@ -17,6 +17,14 @@ from eventtensor.schedule.simulate import default_dynamic_grids
 
 pytestmark = pytest.mark.gpu
 MODES = ["static", "dynamic", "hybrid", "unfused"]
+KNOB_MODES = ["static", "hybrid"]
+KNOB_CASES = [
+    {"ET_STAGE_BYTES": 0},         # no staging: input tiles prefetched into L2
+    {"ET_STAGE_BYTES": 1024},      # some tiles fit the stage buffer, the rest go to L2
+    {"ET_ACQUIRE_POLLS": 0},       # relaxed polls, one acquire load after them
+    {"ET_DEFER_MAX": 1},           # every task publishes its notifies at once
+    {"ET_DEFER_MAX": 3},           # runs of wait-free tasks cut every two tasks
+]
 
 
 def cpu_tensors(program, env, mode, inputs, seed=1):
@@ -63,14 +71,8 @@ def test_examples_match_reference_and_interpreter(name, bindings, mode):
             np.testing.assert_allclose(got[k], cpu[k], rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("knobs", [
-    {"ET_STAGE_BYTES": 0},         # no staging: input tiles prefetched into L2
-    {"ET_STAGE_BYTES": 1024},      # some tiles fit the stage buffer, the rest go to L2
-    {"ET_ACQUIRE_POLLS": 0},       # relaxed polls, one acquire load after them
-    {"ET_DEFER_MAX": 1},           # every task publishes its notifies at once
-    {"ET_DEFER_MAX": 3},           # runs of wait-free tasks cut every two tasks
-])
-@pytest.mark.parametrize("mode", ["static", "hybrid"])
+@pytest.mark.parametrize("knobs", KNOB_CASES)
+@pytest.mark.parametrize("mode", KNOB_MODES)
 def test_examples_with_device_library_settings(knobs, mode):
     """Staged input tiles (all, some or none of them in shared memory) and either kind of
     poll give the reference results, launch after launch."""

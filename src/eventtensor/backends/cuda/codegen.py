@@ -29,9 +29,9 @@ STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 
 def stage_bytes(ctas_per_sm: int) -> int:
     """Shared memory for staged input tiles per CTA (runtime.cuh ET_STAGE_BYTES, two halves:
-    the current task's tiles and the next one's): a power of two, at most 32 KB, such that with the CTA's other shared memory (under 11 KB with the
-    block reserve) the CTAs fit the 228 KB of an SM (and a CTA its 48 KB of static shared
-    memory)."""
+    the current task's tiles and the next one's): a power of two, at most 32 KB, such that
+    with the CTA's other shared memory (under 11 KB with the block reserve) the CTAs fit the
+    228 KB of an SM (and a CTA its 48 KB of static shared memory)."""
     room = min(32768, 228 * 1024 // ctas_per_sm - 11 * 1024)
     return 1 << (room.bit_length() - 1) if room >= 1024 else 0
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
