@@ -25,6 +25,7 @@ GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 # device-library settings a kernel may override (runtime.cuh documents each)
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX")
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
+STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
 
 def stage_bytes(ctas_per_sm: int) -> int:
@@ -34,7 +35,7 @@ def stage_bytes(ctas_per_sm: int) -> int:
     228 KB of an SM (and a CTA its 48 KB of static shared memory)."""
     room = min(32768, 228 * 1024 // ctas_per_sm - 11 * 1024)
     return 1 << (room.bit_length() - 1) if room >= 1024 else 0
-STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
+
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
 BODIES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
