@@ -122,15 +122,15 @@ def bench_hop(n: int, iters: int) -> dict:
     (notifies issued -> the next task's wait satisfied), medians over the chain."""
     out = {}
     nb = n // 5
-    relaxed = {"ET_ACQUIRE_POLLS": 0}
+    acquire = {"ET_ACQUIRE_POLLS": 1}
     for label, n_links, program, x, knobs in (
             ("with_tile", n, chain(n), {"A": torch.rand(n + 1, 1, device="cuda")}, {}),
             ("with_block", nb, chain_blocks(nb),
              {"A": torch.rand(32 * (nb + 1), 32, device="cuda")}, {}),
             ("bare", n, chain_nop(n), {}, {}),
-            ("bare_relaxed_polls", n, chain_nop(n), {}, relaxed),
-            ("with_block_relaxed_polls", nb, chain_blocks(nb),
-             {"A": torch.rand(32 * (nb + 1), 32, device="cuda")}, relaxed)):
+            ("bare_acquire_polls", n, chain_nop(n), {}, acquire),
+            ("with_block_acquire_polls", nb, chain_blocks(nb),
+             {"A": torch.rand(32 * (nb + 1), 32, device="cuda")}, acquire)):
         mk = Megakernel(program, "static", policy="round_robin", knobs=knobs)
         st = mk.launch({}, x)
         mk.sync(st)
@@ -260,7 +260,7 @@ def stage_fns(name: str, env: dict, inputs: dict):
 
 # the example benchmark's megakernel variants: (label, Megakernel options)
 EXAMPLE_MODES = (("static", {}), ("static_unstaged", {"knobs": {"ET_STAGE_BYTES": 0}}),
-                 ("static_relaxed_polls", {"knobs": {"ET_ACQUIRE_POLLS": 0}}),
+                 ("static_acquire_polls", {"knobs": {"ET_ACQUIRE_POLLS": 1}}),
                  ("static_undeferred", {"knobs": {"ET_DEFER_MAX": 1}}),
                  ("static_x2", {"ctas_per_sm": 2}),
                  ("static_x4", {"ctas_per_sm": 4}), ("static_x8", {"ctas_per_sm": 8}),
@@ -268,7 +268,7 @@ EXAMPLE_MODES = (("static", {}), ("static_unstaged", {"knobs": {"ET_STAGE_BYTES"
                  ("static_x2_overlap", {"ctas_per_sm": 2, "overlap_launches": True}),
                  ("dynamic", {}), ("dynamic_late_push", {"early_push": False}),
                  ("hybrid", {}), ("unfused", {}))
-PROFILED = ("static", "static_unstaged", "static_x2")  # modes whose launches are profiled too
+PROFILED = ("static", "static_unstaged", "static_undeferred", "static_x2")  # modes whose launches are profiled too
 EXAMPLES_TIMED = (("splitk_rowsum", {"n": 256}), ("symbolic_batch", {"B": 64}),
                   ("symbolic_batch", {"B": 1}))
 
@@ -278,11 +278,11 @@ def precompile(hop_links: int, dispatch_tasks: int) -> None:
     from eventtensor.backends.cuda.codegen import STAGES, generate, kernel_name
     from eventtensor.backends.cuda.compiler import compile_many
     from eventtensor.schedule import prepare
-    relaxed = {"ET_ACQUIRE_POLLS": 0}
+    acquire = {"ET_ACQUIRE_POLLS": 1}
     jobs = [(chain(hop_links), "static", 1, {}),
             (chain_blocks(hop_links // 5), "static", 1, {}),
-            (chain_blocks(hop_links // 5), "static", 1, relaxed),
-            (chain_nop(hop_links), "static", 1, {}), (chain_nop(hop_links), "static", 1, relaxed),
+            (chain_blocks(hop_links // 5), "static", 1, acquire),
+            (chain_nop(hop_links), "static", 1, {}), (chain_nop(hop_links), "static", 1, acquire),
             (independent_nop(132), "static", 1, {})]
     jobs += [(build(dispatch_tasks), mode, 1, {}) for build in (independent, independent_nop)
              for mode in ("static", "dynamic")]
@@ -363,7 +363,7 @@ def measured_vs_simulated(out: Path) -> dict:
 
 def best_static(e: dict) -> float:
     return min(e[f"megakernel_static{x}_graph_ms"]
-               for x in ("", "_relaxed_polls", "_undeferred", "_x2", "_x4", "_x8", "_overlap",
+               for x in ("", "_acquire_polls", "_undeferred", "_x2", "_x4", "_x8", "_overlap",
                          "_x2_overlap"))
 
 
@@ -376,13 +376,13 @@ def markdown(r: dict) -> str:
              f"| dependent hop, bare (chain of {hop['bare']['tasks']} `nop` tasks across SMs, "
              "each on thread 0 alone) | "
              f"{hop['bare']['us_per_hop']:.2f} us | <= 0.85 us (hand-written: 0.82 us) |",
-             f"| the same, relaxed polls and one acquire load after them "
-             f"(`ET_ACQUIRE_POLLS=0`) | {hop['bare_relaxed_polls']['us_per_hop']:.2f} us | - |",
+             f"| the same, every poll an acquire load (`ET_ACQUIRE_POLLS=1`) | "
+             f"{hop['bare_acquire_polls']['us_per_hop']:.2f} us | - |",
              f"| dependent hop with a 1-element tile body (load, store) | "
              f"{hop['with_tile']['us_per_hop']:.2f} us | - |",
              f"| dependent hop with split-K's 32 x 32 partial-sum tile | "
-             f"{hop['with_block']['us_per_hop']:.2f} us (relaxed polls: "
-             f"{hop['with_block_relaxed_polls']['us_per_hop']:.2f} us) | - |",
+             f"{hop['with_block']['us_per_hop']:.2f} us (acquire polls: "
+             f"{hop['with_block_acquire_polls']['us_per_hop']:.2f} us) | - |",
              f"| its split (profiled, medians): task (wait satisfied -> notified) / signal "
              f"(notified -> next wait satisfied) | {hop['with_tile']['task_us']:.2f} / "
              f"{hop['with_tile']['signal_us']:.2f} us | - |",
@@ -413,7 +413,7 @@ def markdown(r: dict) -> str:
              "grid (`StageKernels`: kernel boundaries instead of events); `torch` runs each "
              "stage as torch kernels.", "",
              "| example | binding | torch per stage, single / graph | tile stages, single / "
-             "graph | megakernel static, single | static, graph | static unstaged / relaxed "
+             "graph | megakernel static, single | static, graph | static unstaged / acquire "
              "polls / notifies not held back, graph | static 2 / 4 / 8 CTAs per SM, "
              "graph | static 1 / 2 CTAs per SM, overlapped launches, graph | "
              "dynamic (early / late push), graph | hybrid, graph | unfused, graph | "
@@ -426,7 +426,7 @@ def markdown(r: dict) -> str:
             f"{e['tile_stages_graph_ms']:.4f} | {e['megakernel_static_ms']:.4f} | "
             f"{e['megakernel_static_graph_ms']:.4f} | "
             f"{e['megakernel_static_unstaged_graph_ms']:.4f} / "
-            f"{e['megakernel_static_relaxed_polls_graph_ms']:.4f} / "
+            f"{e['megakernel_static_acquire_polls_graph_ms']:.4f} / "
             f"{e['megakernel_static_undeferred_graph_ms']:.4f} | "
             f"{e['megakernel_static_x2_graph_ms']:.4f} / "
             f"{e['megakernel_static_x4_graph_ms']:.4f} / "

@@ -21,7 +21,7 @@ KNOB_MODES = ["static", "hybrid"]
 KNOB_CASES = [
     {"ET_STAGE_BYTES": 0},         # no staging: input tiles prefetched into L2
     {"ET_STAGE_BYTES": 1024},      # some tiles fit the stage buffer, the rest go to L2
-    {"ET_ACQUIRE_POLLS": 0},       # relaxed polls, one acquire load after them
+    {"ET_ACQUIRE_POLLS": 1},       # every poll an acquire load
     {"ET_DEFER_MAX": 1},           # every task publishes its notifies at once
     {"ET_DEFER_MAX": 3},           # runs of wait-free tasks cut every two tasks
 ]

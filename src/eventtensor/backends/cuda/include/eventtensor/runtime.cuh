@@ -30,9 +30,15 @@ __device__ __forceinline__ void et_red_relaxed_add(u64* p, u64 v) {
     asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
 // With a relaxed atomic after it, a release: the CTA's writes before the barrier that
-// precedes it are visible to whoever observes the atomic.
+// precedes it are visible to whoever observes the atomic. (A release fence alone: unlike
+// fence.acq_rel it does not invalidate the SM's L1.)
 __device__ __forceinline__ void et_fence_release() {
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    asm volatile("fence.release.gpu;" ::: "memory");
+}
+// After a relaxed load that observed a release: an acquire (the CTA's later reads see what
+// the releaser published). It invalidates the SM's L1 and issues no load.
+__device__ __forceinline__ void et_fence_acquire() {
+    asm volatile("fence.acquire.gpu;" ::: "memory");
 }
 __device__ __forceinline__ void et_st_release_int(int* p, int v) {
     asm volatile("st.release.gpu.global.s32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
@@ -67,10 +73,10 @@ __device__ void et_fail(long long* err, int* abort_flag, long long task, long lo
 #define ET_SLEEP_NS 256
 #endif
 // ET_ACQUIRE_POLLS 1: every poll of a wait is an acquire load (each invalidates the SM's L1;
-// the poll that sees the count ends the wait); 0: polls are relaxed loads and one acquire
-// load of the counter follows the poll that sees the count (one more round trip to L2).
+// the poll that sees the count ends the wait); 0: polls are relaxed loads and an acquire
+// fence follows the poll that sees the count.
 #ifndef ET_ACQUIRE_POLLS
-#define ET_ACQUIRE_POLLS 1
+#define ET_ACQUIRE_POLLS 0
 #endif
 
 __device__ __forceinline__ u64 et_ld_relaxed(const u64* p) {
@@ -163,6 +169,13 @@ struct EtTask {
     int4 a, b;
 };
 
+__device__ __forceinline__ EtTask et_no_task() {  // a task record standing for none
+    EtTask r;
+    r.id = -1;
+    r.a = r.b = make_int4(0, 0, 0, 0);
+    return r;
+}
+
 __device__ __forceinline__ EtTask et_load_task(const long long* A, int t) {
     EtTask r;
     r.id = t;
@@ -232,7 +245,7 @@ __device__ __forceinline__ u64 et_poll(const u64* counter) {
 }
 
 // Thread 0 only: spin until the counter satisfies the wait (`et_satisfied`); the poll that
-// sees it (an acquire load), or with relaxed polls one acquire load after it, orders the
+// sees it (an acquire load), or with relaxed polls an acquire fence after it, orders the
 // CTA's later reads after the producers' writes (ET_ACQUIRE_POLLS). With `nest` set (hybrid
 // mode), a blocked wait polls the device queue too and returns ET_WAIT_NEST with the popped
 // task in *nest.
@@ -261,7 +274,7 @@ __device__ int et_wait(const long long* A, int x, int shift, long long count, lo
             if (sleepy) et_nanosleep(ET_SLEEP_NS);
         }
     }
-    if (!ET_ACQUIRE_POLLS) et_ld_acquire(counter);
+    if (!ET_ACQUIRE_POLLS) et_fence_acquire();
     return ET_WAIT_OK;
 }
 
@@ -453,30 +466,30 @@ __device__ __forceinline__ bool et_thread0_task(int g) {
 }
 
 // Whether et_do_task stages the input tiles of `next`.
-__device__ __forceinline__ bool et_stages(const EtTask* next) {
-    return ET_STAGE_BYTES > 0 && next && et_has_stage(next->a.x);
+__device__ __forceinline__ bool et_stages(const EtTask& next) {
+    return ET_STAGE_BYTES > 0 && next.id >= 0 && et_has_stage(next.a.x);
 }
 
 // Warps 1 .. of the CTA, at the start of a static task in stage-buffer half `half`: wait for
 // the copies of its own staged tiles (`staged`), then start those of `next` into the other
 // half (or prefetch them into L2), while thread 0 waits on the task's events.
-__device__ __forceinline__ void et_stage_next(const long long* A, const EtTask* next, int half,
+__device__ __forceinline__ void et_stage_next(const long long* A, const EtTask& next, int half,
                                               bool staged) {
     if (threadIdx.x < 32) return;
     if (staged) et_cp_async_wait_all();
-    if (next) et_stage(A, *next, et_stage_slots(half ^ 1), et_stage_buf(half ^ 1));
+    if (next.id >= 0) et_stage(A, next, et_stage_slots(half ^ 1), et_stage_buf(half ^ 1));
 }
 
 // Whether thread 0 may hold back the notifies of `v` (see EtRun) with `next` (its waits:
 // `next_waits`, `num_next_waits`) the task its CTA runs next.
-__device__ __forceinline__ bool et_defers(const EtView& v, const EtTask* next,
+__device__ __forceinline__ bool et_defers(const EtView& v, const EtTask& next,
                                           const int2* next_waits, int num_next_waits,
                                           const EtRun& run) {
 #ifdef ET_ARMED_COUNTS
     return false;
 #else
-    if (!next || run.n + 1 >= ET_DEFER_MAX || et_thread0_task(v.task.a.x) ||
-        et_thread0_task(next->a.x) || et_has_extra_waits(next->a.x))
+    if (next.id < 0 || run.n + 1 >= ET_DEFER_MAX || et_thread0_task(v.task.a.x) ||
+        et_thread0_task(next.a.x) || et_has_extra_waits(next.a.x))
         return false;
     if (num_next_waits == 0) return true;
     if (num_next_waits != v.num_waits) return false;
@@ -496,7 +509,7 @@ __device__ __forceinline__ bool et_defers(const EtView& v, const EtTask* next,
 // runs popped dynamic tasks in between (`et_wait_task`), then waits again. False if the
 // launch is aborting.
 template <bool DYNAMIC>
-__device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* next,
+__device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& next,
                            u64 fetch_ns, bool staged, int half, EtRun* run, bool defer) {
     __shared__ int s_ok, s_nest;
     if (!DYNAMIC) et_stage_next(A, next, half, staged);
@@ -519,7 +532,7 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
         if constexpr (!DYNAMIC) {
             const int t = s_nest;
             __syncthreads();  // s_ok and s_nest are read before the nested task rewrites them
-            if (!et_do_task<true>(A, et_global_view(A, t), nullptr,
+            if (!et_do_task<true>(A, et_global_view(A, t), et_no_task(),
                                   ET_PROF ? et_globaltimer() : 0, false, 0, nullptr, false))
                 return false;
         }
@@ -535,11 +548,11 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask* ne
     __syncthreads();
     if (threadIdx.x == 0) {
         et_stamp(prof, v.task.id, 3);
-        if (DYNAMIC) {
-            if (ok == 1) et_publish_task(A, v, prof);
-        } else {
+        if (!DYNAMIC && (defer || run->n)) {  // a run of held-back tasks
             if (ok == 1) run->held[run->n++] = v;
             if (!defer) et_publish_run(A, *run, prof);
+        } else if (ok == 1) {
+            et_publish_task(A, v, prof);
         }
         if (DYNAMIC) {
             et_retire(A, v.task);
@@ -714,19 +727,18 @@ __device__ bool et_static_loop(const long long* A) {
             v.num_waits = v.task.a.z - v.task.a.y;
             v.notifies = notifies + (v.task.a.w - n0);
             v.num_notifies = v.task.b.x - v.task.a.w;
-            EtTask next;
+            EtTask next = et_no_task();  // (id -1: none in this chunk)
             if (k + 1 < n) {
                 next.id = ch.id[k + 1];
                 next.a = ch.rec[2 * k + 2];
                 next.b = ch.rec[2 * k + 3];
             }
-            const EtTask* after = k + 1 < n ? &next : nullptr;
-            const bool defer = threadIdx.x == 0 && after &&  // (thread 0's decision)
-                               et_defers(v, after, waits + (next.a.y - w0),
+            const bool defer = threadIdx.x == 0 &&  // (thread 0's decision)
+                               et_defers(v, next, waits + (next.a.y - w0),
                                          next.a.z - next.a.y, run);
-            if (!et_do_task<false>(A, v, after, fetch_ns, staged, (p0 + k) & 1, &run, defer))
+            if (!et_do_task<false>(A, v, next, fetch_ns, staged, (p0 + k) & 1, &run, defer))
                 return false;
-            staged = et_stages(after);
+            staged = et_stages(next);
         }
         w0 += nw;
         n0 += nn;
@@ -752,7 +764,8 @@ __device__ void et_dynamic_loop(const long long* A) {
         __syncthreads();
         const int t = s_task;
         if (t < 0) return;
-        if (!et_do_task<true>(A, et_global_view(A, t), nullptr, ET_PROF ? et_globaltimer() : 0,
+        if (!et_do_task<true>(A, et_global_view(A, t), et_no_task(),
+                              ET_PROF ? et_globaltimer() : 0,
                               false, 0, nullptr, false))
             return;
     }
