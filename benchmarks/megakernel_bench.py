@@ -189,11 +189,11 @@ def bench_launch_floor(iters: int) -> dict:
     st = mk.launch({}, {})
     mk.sync(st)
     x = torch.ones(1, device="cuda")
-    mk_overlap = Megakernel(independent_nop(132), "static", overlap_launches=True)
-    st_overlap = mk_overlap.launch({}, {})
-    mk_overlap.sync(st_overlap)
+    mk_serial = Megakernel(independent_nop(132), "static", overlap_launches=False)
+    st_serial = mk_serial.launch({}, {})
+    mk_serial.sync(st_serial)
     out = {"megakernel_ms": per_step(lambda: mk.relaunch(st), iters),
-           "megakernel_overlap_ms": per_step(lambda: mk_overlap.relaunch(st_overlap), iters),
+           "megakernel_serial_ms": per_step(lambda: mk_serial.relaunch(st_serial), iters),
            "empty_kernel_ms": per_step(empty_kernel(mk.num_ctas), iters),
            "torch_kernel_ms": per_step(lambda: x.add_(1.0), iters)}
     st = mk.launch({}, {}, profile=True)
@@ -264,8 +264,8 @@ EXAMPLE_MODES = (("static", {}), ("static_unstaged", {"knobs": {"ET_STAGE_BYTES"
                  ("static_undeferred", {"knobs": {"ET_DEFER_MAX": 1}}),
                  ("static_x2", {"ctas_per_sm": 2}),
                  ("static_x4", {"ctas_per_sm": 4}), ("static_x8", {"ctas_per_sm": 8}),
-                 ("static_overlap", {"overlap_launches": True}),
-                 ("static_x2_overlap", {"ctas_per_sm": 2, "overlap_launches": True}),
+                 ("static_serial", {"overlap_launches": False}),
+                 ("static_x2_serial", {"ctas_per_sm": 2, "overlap_launches": False}),
                  ("dynamic", {}), ("dynamic_late_push", {"early_push": False}),
                  ("hybrid", {}), ("unfused", {}))
 PROFILED = ("static", "static_unstaged", "static_undeferred", "static_x2")  # modes whose launches are profiled too
@@ -363,8 +363,8 @@ def measured_vs_simulated(out: Path) -> dict:
 
 def best_static(e: dict) -> float:
     return min(e[f"megakernel_static{x}_graph_ms"]
-               for x in ("", "_acquire_polls", "_undeferred", "_x2", "_x4", "_x8", "_overlap",
-                         "_x2_overlap"))
+               for x in ("", "_acquire_polls", "_undeferred", "_x2", "_x4", "_x8", "_serial",
+                         "_x2_serial"))
 
 
 def markdown(r: dict) -> str:
@@ -395,9 +395,9 @@ def markdown(r: dict) -> str:
              f"{disp['dynamic_nop']['us_per_task_per_sm']:.2f} / "
              f"{disp['dynamic']['us_per_task_per_sm']:.2f} us | - |",
              f"| launch floor per step (graph of 20 launches): megakernel with one `nop` per "
-             f"SM (plain / overlapped launches) / empty kernel of as many CTAs / one tiny "
-             f"torch kernel | {r['launch']['megakernel_ms'] * 1e3:.1f} / "
-             f"{r['launch']['megakernel_overlap_ms'] * 1e3:.1f} / "
+             f"SM (overlapped / serialized launches) / empty kernel of as many CTAs / one "
+             f"tiny torch kernel | {r['launch']['megakernel_ms'] * 1e3:.1f} / "
+             f"{r['launch']['megakernel_serial_ms'] * 1e3:.1f} / "
              f"{r['launch']['empty_kernel_ms'] * 1e3:.1f} / "
              f"{r['launch']['torch_kernel_ms'] * 1e3:.1f} us | - |",
              f"| its prologue (CTA entry -> first task fetched) / epilogue (last notify -> "
@@ -415,7 +415,7 @@ def markdown(r: dict) -> str:
              "| example | binding | torch per stage, single / graph | tile stages, single / "
              "graph | megakernel static, single | static, graph | static unstaged / acquire "
              "polls / notifies not held back, graph | static 2 / 4 / 8 CTAs per SM, "
-             "graph | static 1 / 2 CTAs per SM, overlapped launches, graph | "
+             "graph | static 1 / 2 CTAs per SM, launches not overlapped, graph | "
              "dynamic (early / late push), graph | hybrid, graph | unfused, graph | "
              "best static vs tile stages graph | vs torch graph |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -431,8 +431,8 @@ def markdown(r: dict) -> str:
             f"{e['megakernel_static_x2_graph_ms']:.4f} / "
             f"{e['megakernel_static_x4_graph_ms']:.4f} / "
             f"{e['megakernel_static_x8_graph_ms']:.4f} | "
-            f"{e['megakernel_static_overlap_graph_ms']:.4f} / "
-            f"{e['megakernel_static_x2_overlap_graph_ms']:.4f} | "
+            f"{e['megakernel_static_serial_graph_ms']:.4f} / "
+            f"{e['megakernel_static_x2_serial_graph_ms']:.4f} | "
             f"{e['megakernel_dynamic_graph_ms']:.4f} / "
             f"{e['megakernel_dynamic_late_push_graph_ms']:.4f} | "
             f"{e['megakernel_hybrid_graph_ms']:.4f} | {e['megakernel_unfused_graph_ms']:.4f} | "

@@ -257,17 +257,18 @@ def test_ten_thousand_launches_without_host_reset(name, env, mode):
     _assert_final_counters(mk, st, inputs)
 
 
+@pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("mode", ["static", "dynamic", "hybrid"])
-def test_overlapped_launches(mode):
-    """Launches with programmatic stream serialization (a launch's CTAs start while the one
-    before still runs, then wait for it): back to back and replayed in a CUDA graph, the
-    results, the re-initialised state copy and the final counters are those of plain
-    launches."""
+def test_back_to_back_launches(mode, overlap):
+    """Launches with programmatic stream serialization (the default: a launch's CTAs start
+    while the one before still runs, then wait for it) and without: back to back and
+    replayed in a CUDA graph, the results, the re-initialised state copy and the final
+    counters are those of single launches."""
     from eventtensor.backends.cuda.runtime import to_host
     torch = _torch()
     for name, env in (("splitk_rowsum", {"n": 37}), ("symbolic_batch", {"B": 7})):
         ex = EXAMPLES[name]
-        mk = megakernel(ex.build(), mode, overlap_launches=True)
+        mk = megakernel(ex.build(), mode, overlap_launches=overlap)
         inputs = ex.make_inputs(env, 2)
         st = mk.launch(env, mk.to_device(inputs))
         for _ in range(500):

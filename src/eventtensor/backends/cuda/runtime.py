@@ -282,7 +282,7 @@ class Megakernel:
                  policy: str = "critical_path", watchdog_s: float = 1.0,
                  early_push: bool = True, dynamic_grids: Sequence[str] | None = None,
                  ctas_per_sm: int = 1, knobs: Mapping[str, int] | None = None,
-                 overlap_launches: bool = False):
+                 overlap_launches: bool = True):
         """`num_sms`: the SMs to use (default: all); `ctas_per_sm` persistent CTAs run on each
         (each its own static queue: more CTAs hide more memory latency, with fewer registers
         each); `dynamic_grids` (hybrid mode): the grids run from the device queue, by default
