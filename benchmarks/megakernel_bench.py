@@ -268,7 +268,8 @@ EXAMPLE_MODES = (("static", {}), ("static_unstaged", {"knobs": {"ET_STAGE_BYTES"
                  ("static_x2_serial", {"ctas_per_sm": 2, "overlap_launches": False}),
                  ("dynamic", {}), ("dynamic_late_push", {"early_push": False}),
                  ("hybrid", {}), ("unfused", {}))
-PROFILED = ("static", "static_unstaged", "static_undeferred", "static_x2")  # modes whose launches are profiled too
+# the modes whose launches are profiled too
+PROFILED = ("static", "static_unstaged", "static_undeferred", "static_x2")
 EXAMPLES_TIMED = (("splitk_rowsum", {"n": 256}), ("symbolic_batch", {"B": 64}),
                   ("symbolic_batch", {"B": 1}))
 
