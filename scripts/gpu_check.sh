@@ -18,7 +18,7 @@ if [ -n "$SAN" ]; then
   for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer --tool $tool" | tee -a "$RUN/sanitizer.log"
     timeout 120 "$SAN" --tool "$tool" --report-api-errors no python3 scripts/sanitize_case.py 2>&1 \
-      | tail -8 | tee -a "$RUN/sanitizer.log"
+      | tail -12 | tee -a "$RUN/sanitizer.log"
   done
 else
   echo "compute-sanitizer not found on this machine" | tee "$RUN/sanitizer.log"

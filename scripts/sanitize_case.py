@@ -14,15 +14,16 @@ from programs import nop_joins  # noqa: E402
 for name, env in (("splitk_rowsum", {"n": 2}), ("symbolic_batch", {"B": 5}),
                   ("toy_moe", {"T": 13})):
     ex = EXAMPLES[name]
-    for mode in ("static", "dynamic", "hybrid"):
-        mk = Megakernel(ex.build(), mode, num_sms=8)
+    for mode, knobs in (("static", {}), ("static", {"ET_STAGE_BYTES": 32768}),
+                        ("dynamic", {}), ("hybrid", {})):
+        mk = Megakernel(ex.build(), mode, num_sms=8, knobs=knobs)
         inputs = ex.make_inputs(env, 0)
         gpu = {k: torch.as_tensor(np.ascontiguousarray(v), device="cuda")
                for k, v in inputs.items()}
         for _ in range(2):
             out = mk.run(env, gpu)
         ex.check({k: out[k].cpu().numpy() for k in ex.outputs}, inputs, env)
-        print(name, mode, "ok")
+        print(name, mode, knobs, "ok")
 
 # nop tasks: thread 0 alone waits and notifies them while the other threads run ahead
 n = 40

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 MODES = ["static", "dynamic", "hybrid", "unfused"]
 KNOB_MODES = ["static", "hybrid"]
 KNOB_CASES = [
-    {"ET_STAGE_BYTES": 0},         # no staging: input tiles prefetched into L2
+    {"ET_STAGE_BYTES": 32768},     # staging: input tiles copied into shared memory
     {"ET_STAGE_BYTES": 1024},      # some tiles fit the stage buffer, the rest go to L2
     {"ET_ACQUIRE_POLLS": 1},       # every poll an acquire load
     {"ET_DEFER_MAX": 1},           # every task publishes its notifies at once

@@ -29,8 +29,9 @@ STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL)
 
 
 def stage_bytes(ctas_per_sm: int) -> int:
-    """Shared memory for staged input tiles per CTA (runtime.cuh ET_STAGE_BYTES, two halves:
-    the current task's tiles and the next one's): a power of two, at most 32 KB, such that
+    """The most shared memory for staged input tiles a CTA may take (the knob ET_STAGE_BYTES,
+    runtime.cuh; two halves: the current task's tiles and the next one's): a power of two, at
+    most 32 KB, such that
     with the CTA's other shared memory (under 11 KB with the block reserve) the CTAs fit the
     228 KB of an SM (and a CTA its 48 KB of static shared memory)."""
     room = min(32768, 228 * 1024 // ctas_per_sm - 11 * 1024)
@@ -198,8 +199,7 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
         raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols and "
                                f"{len(p.tensors)} tensors; the launch arguments hold "
                                f"{MAX_SLOTS - SYM_BASE} of them")
-    settings = {"ET_STAGE_BYTES": 0 if mode == STAGES else stage_bytes(ctas_per_sm),
-                **(knobs or {})}
+    settings = dict(knobs or {})
     g = _Gen(p)
     out = [f"// eventtensor megakernel: program '{p.name}', {mode} schedule",
            f"// {len(p.grids)} task grids, {len(p.events)} event tensors, "

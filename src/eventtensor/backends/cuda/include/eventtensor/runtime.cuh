@@ -435,13 +435,15 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
     if (ok == 1) et_publish_task(A, v, prof);
 }
 
-// The stage buffer (weight prefetch): ET_STAGE_BYTES of shared memory (codegen.py sizes it
-// by the CTAs per SM; 0: no staging, input tiles are prefetched into L2) in two halves: the
+// The stage buffer (weight prefetch, opt-in): ET_STAGE_BYTES of shared memory (codegen.py
+// `stage_bytes` gives the most that fits the CTAs of an SM; 0, the default: no staging, input
+// tiles are prefetched into L2: on the examples' small tiles the copies and the barrier they
+// need cost more than reading L2 saves, see benchmarks/results) in two halves: the
 // input tiles of the task a CTA runs now and of the one after it, and where each of them lies
 // there. A static task at an even position of the CTA's stream uses half 0, at an odd one
 // half 1, so that the tiles of the next task are copied while the current one runs.
 #ifndef ET_STAGE_BYTES
-#define ET_STAGE_BYTES 32768
+#define ET_STAGE_BYTES 0
 #endif
 #define ET_STAGE_TILES 4  // input tiles staged per task (et_stage), at most
 __device__ __forceinline__ void** et_stage_slots(int half) {
@@ -488,8 +490,8 @@ __device__ __forceinline__ bool et_defers(const EtView& v, const EtTask& next,
 #ifdef ET_ARMED_COUNTS
     return false;
 #else
-    if (next.id < 0 || run.n + 1 >= ET_DEFER_MAX || et_thread0_task(v.task.a.x) ||
-        et_thread0_task(next.a.x) || et_has_extra_waits(next.a.x))
+    if (next.id < 0 || et_thread0_task(v.task.a.x) || et_thread0_task(next.a.x) ||
+        et_has_extra_waits(next.a.x) || run.n + 1 >= ET_DEFER_MAX)
         return false;
     if (num_next_waits == 0) return true;
     if (num_next_waits != v.num_waits) return false;
