@@ -1,0 +1,430 @@
+"""The decode step of a dense decoder (Llama 3, Qwen3) as one eventtensor program.
+
+`build_decode_program(config, max_batch, max_context)` gives one program for every batch size
+B in [1, max_batch]: each of the B requests brings one new token at its own position (the
+number of tokens it has cached), and gets its logits and greedy next token. Legend of
+`config.py` plus C max_context, T KV chunk, NC = cdiv(C, T) chunks, G = H/K, BM request rows
+of a tile, S split-K partials.
+
+Inputs: every weight under `tensor_name(hf_name)` (the HF name with dots as underscores),
+tokens [B], positions [B], slots [B] (the cache row of each request, distinct), rope_inv_freq
+[D/2] (`reference.rope_inv_freq`), k_cache and v_cache [L, max_batch, K, C, D].
+Outputs: logits [B, V], next_tokens [B], k_cache_out and v_cache_out [L, max_batch, K, C, D].
+
+The KV cache. The IR has no read-write tensor: `verify` rejects a task writing an input, and
+every output or temp starts a launch unwritten (poisoned on the interpreter), so nothing
+persists across launches. The caches are therefore read as inputs (positions below each
+request's own) and the new rows are appended to the outputs k_cache_out / v_cache_out at
+[l, slots[b], h, positions[b]] (a data-dependent region); no task reads those outputs, and
+attention takes the new token's k and v from the layer's temps. `DecodeSession` copies the
+appended rows into its cache arrays after each launch; a device launch can instead pass the
+same buffer as k_cache and k_cache_out (the only element both touch, the new row, is masked
+on the read side).
+
+Per layer l, tiles and events (events come from the tile regions unless named here):
+  attn_norm (mb)          x rows -> h rows
+  q/k/v_proj (mb, K, S)   h rows, split-K chunk s -> partials of KV head n (G*D or D columns)
+  qk_rope (mb, K)         waits on the q, k, v tiles of its head -> q, k, v of head h
+  kv_append (B, K)        waits on qk_rope of (b's rows, h) -> cache outputs at the position
+  attn (B*NC*K,)          t = (b*NC + c)*K + h; waits on qk_rope of (b's rows, h) and on
+                          `planned`, which triggers only the tiles of chunks 0..pos_b // T:
+                          chunks past a request's length are guarded and never run
+  attn_merge (B, K)       waits on `l{l}_attn_done[b, h]`, whose wait count n_b is read at
+                          run time from attn_plan; reads the n_b chunk partials
+  o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
+  attn_residual (mb)      x + sum of o partials; mlp_norm (mb)
+  gate/up_proj (mb, F/tile, S), silu_mul (mb, F/tile), down_proj (mb, E/tile, Sd): a down
+  chunk waits on the SiLU tiles it reads; mlp_residual (mb) -> next layer's x rows
+then final_norm (mb), lm_head (mb, V/tile), argmax_tile (mb, V/tile), argmax (mb). Before the
+layers: plan (1 task: attn_plan [B, 3] from positions, notifies `planned`) and embed (B).
+
+Maps cannot compute with loaded values (`positions[b] // T + 1` is not a map), so the plan
+task writes each request's chunk count and trigger range as integers. Trigger ranges release
+tasks of 1-D grids only, hence the flattened attention grid. A triggered task resolves its
+range before it waits on the trigger element, reading attn_plan rows of every request: the
+attention tiles also wait on `planned` through an affine edge, and the plan is one task.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import sym
+from ..backends.cpu import RunResult, run
+from ..frontend import ProgramBuilder
+from ..ir import Program
+from ..lower import Tables
+from ..schedule import lower
+from .config import ModelConfig
+from .reference import rope_inv_freq
+from .weights import check_weights
+
+
+def tensor_name(hf_name: str) -> str:
+    """The program tensor holding HF parameter `hf_name` (dots become underscores)."""
+    return hf_name.replace(".", "_")
+
+
+@dataclass(frozen=True)
+class DecodeTiles:
+    """Tile sizes of the decode program. Column tiles may leave a clipped last tile; split
+    counts must divide the dimension they split."""
+
+    rows: int = 16                 # BM: requests per row tile
+    k_split: int = 1               # S: split-K of the projections reading E (q, k, v, gate, up)
+    o_split: int | None = None     # So: split of o_proj over H*D; None: one per KV group (K)
+    n_tile: int = 128              # columns of an o_proj or down_proj tile (of E)
+    ffn_tile: int = 128            # columns of a gate, up or SiLU tile (of F)
+    down_split: int | None = None  # Sd: split of down_proj over F; None: one per ffn tile
+    vocab_tile: int = 256          # columns of an LM-head tile (of V)
+    kv_chunk: int = 64             # T: positions per attention tile
+
+
+def _span(axis: str, size: int, total: int | str) -> str:
+    """Region text of tile `axis` of width `size` in a dimension of length `total`."""
+    lo = f"{size}*{axis}"
+    if isinstance(total, int) and total % size == 0:
+        return f"{lo}:{lo} + {size}"
+    return f"{lo}:smin({lo} + {size}, {total})"
+
+
+def _split(total: int, parts: int, what: str) -> int:
+    if parts < 1 or total % parts:
+        raise ValueError(f"tiles.{what} = {parts} must be positive and divide {total}")
+    return total // parts
+
+
+class _Decode:
+    """Builder state: the config, the tiles and the names every layer shares."""
+
+    def __init__(self, config: ModelConfig, max_batch: int, max_context: int,
+                 tiles: DecodeTiles, weight_dtype: str, cache_dtype: str, name: str):
+        self.cfg, self.t = config, tiles
+        for field in ("rows", "n_tile", "ffn_tile", "vocab_tile", "kv_chunk"):
+            if getattr(tiles, field) < 1:
+                raise ValueError(f"tiles.{field} must be positive")
+        if max_batch < 1 or max_context < 1:
+            raise ValueError("max_batch and max_context must be positive")
+        self.pb = pb = ProgramBuilder(name, derive_events=True)
+        self.B = pb.symbol("B", 1, max_batch)
+        self.mb = sym.cdiv(self.B, tiles.rows)
+        self.rows = _span("m", tiles.rows, "B")
+        self.C, self.T = max_context, tiles.kv_chunk
+        self.NC = -(-max_context // tiles.kv_chunk)
+        E, F, D = config.hidden_size, config.intermediate_size, config.head_dim
+        self.ks = _split(E, tiles.k_split, "k_split")
+        self.qs = _split(config.q_size, tiles.o_split or config.num_kv_heads, "o_split")
+        down = tiles.down_split or (F // tiles.ffn_tile if F % tiles.ffn_tile == 0 else 1)
+        self.fs = _split(F, down, "down_split")
+        for hf, shape in config.param_shapes().items():
+            pb.input(tensor_name(hf), shape, weight_dtype)
+        B = self.B
+        for n in ("tokens", "positions", "slots"):
+            pb.input(n, (B,), "int32")
+        pb.input("rope_inv_freq", (D // 2,))
+        cache = (config.num_layers, max_batch, config.num_kv_heads, max_context, D)
+        for n in ("k_cache", "v_cache"):
+            pb.input(n, cache, cache_dtype)
+            pb.output(n + "_out", cache, cache_dtype)
+        pb.output("logits", (B, config.vocab_size))
+        pb.output("next_tokens", (B,), "int32")
+
+    def w(self, layer: int, name: str) -> str:
+        return tensor_name(f"model.layers.{layer}.{name}.weight")
+
+    def linear(self, name: str, x: str, w: str, out: str, n_cols: int, tile: int,
+               total: int, split: int, chunk: int) -> None:
+        """Split-K GEMV grid (mb, column tiles, split) of out[s, rows, cols] = x @ W^T."""
+        pb, rows = self.pb, self.rows
+        cols, ks = _span("n", tile, total), f"{chunk}*s:{chunk}*s + {chunk}"
+        pb.temp(out, (split, self.B, total))
+        pb.grid(name, "linear_partial", "mns", (self.mb, n_cols, split),
+                reads={x: f"{rows}, {ks}", w: f"{cols}, {ks}"},
+                writes={out: f"s, {rows}, {cols}"}, params={"x": x, "w": w})
+
+    def norm(self, name: str, x: str, w: str, out: str) -> None:
+        self.pb.temp(out, (self.B, self.cfg.hidden_size))
+        self.pb.grid(name, "rms_norm", "m", (self.mb,),
+                     reads={x: f"{self.rows}, :", w: ":"}, writes={out: f"{self.rows}, :"},
+                     params={"x": x, "w": w, "eps": self.cfg.rms_norm_eps})
+
+    def residual(self, name: str, x: str, parts: str, out: str) -> None:
+        self.pb.temp(out, (self.B, self.cfg.hidden_size))
+        self.pb.grid(name, "residual_add", "m", (self.mb,),
+                     reads={x: f"{self.rows}, :", parts: f":, {self.rows}, :"},
+                     writes={out: f"{self.rows}, :"}, params={"x": x, "parts": parts})
+
+    # ------------------------------------------------------------------ program parts
+    def prologue(self) -> str:
+        pb, K = self.pb, self.cfg.num_kv_heads
+        pb.temp("attn_plan", (self.B, 3), "int32")
+        pb.event("planned", (self.B,))
+        pb.grid("plan", "decode_plan", "s", (1,), reads={"positions": ":"},
+                writes={"attn_plan": ":, :"}, notify={"planned": "s->:"},
+                params={"pos": "positions", "chunk": self.T, "chunks": self.NC,
+                        "kv_heads": K, "context": self.C})
+        pb.temp("x0", (self.B, self.cfg.hidden_size))
+        pb.grid("embed", "embedding", "b", (self.B,),
+                reads={tensor_name("model.embed_tokens.weight"): "tokens[b], :"},
+                writes={"x0": "b, :"})
+        return "x0"
+
+    def attention(self, i: int, x: str) -> str:
+        cfg, pb, t, rows, B = self.cfg, self.pb, self.t, self.rows, self.B
+        K, D, G, E = cfg.num_kv_heads, cfg.head_dim, cfg.group_size, cfg.hidden_size
+        GD, p = G * D, f"l{i}_"
+        self.norm(p + "attn_norm", x, self.w(i, "input_layernorm"), p + "h")
+        for proj, width in (("q", GD), ("k", D), ("v", D)):
+            self.linear(p + f"{proj}_proj", p + "h", self.w(i, f"self_attn.{proj}_proj"),
+                        p + f"{proj}_part", K, width, K * width, t.k_split, self.ks)
+        head = {"q": f"{GD}*h:{GD}*h + {GD}", "k": f"{D}*h:{D}*h + {D}"}
+        head["v"] = head["k"]
+        reads = {p + f"{r}_part": f":, {rows}, {head[r]}" for r in "qkv"}
+        reads.update({"positions": rows, "rope_inv_freq": ":"})
+        params: dict[str, object] = {r: p + f"{r}_part" for r in "qkv"}
+        params.update({f"{r}_out": p + r for r in "qkv"})
+        params.update({"pos": "positions", "inv_freq": "rope_inv_freq", "head_dim": D,
+                       "eps": cfg.rms_norm_eps})
+        if cfg.qk_norm:
+            for r in "qk":
+                reads[self.w(i, f"self_attn.{r}_norm")] = ":"
+                params[f"{r}_norm"] = self.w(i, f"self_attn.{r}_norm")
+        for r, width in (("q", cfg.q_size), ("k", cfg.kv_size), ("v", cfg.kv_size)):
+            pb.temp(p + r, (B, width))
+        pb.grid(p + "qk_rope", "qk_norm_rope", "mh", (self.mb, K), reads=reads,
+                writes={p + r: f"{rows}, {head[r]}" for r in "qkv"}, params=params)
+        cache_row = f"{i}, slots[b], h, positions[b], :"
+        pb.grid(p + "kv_append", "kv_append", "bh", (B, K),
+                reads={p + "k": f"b, {head['k']}", p + "v": f"b, {head['v']}"},
+                writes={"k_cache_out": cache_row, "v_cache_out": cache_row},
+                params={"k": p + "k", "v": p + "v", "k_out": "k_cache_out",
+                        "v_out": "v_cache_out"})
+        # split-KV attention over a 1-D grid, so one trigger range per request covers the
+        # tiles of its live chunks: t = (b*NC + c)*K + h
+        NK = self.NC * K
+        b, h, c = f"(t // {NK})", f"(t % {K})", f"((t // {K}) % {self.NC})"
+        chunk = _span(c, self.T, self.C)
+        pb.temp(p + "o_chunks", (B, cfg.num_heads, self.NC, D))
+        pb.temp(p + "lse", (B, cfg.num_heads, self.NC))
+        pb.event(p + "attn_done", (B, K), wait_count="attn_plan[k, 2]")
+        heads = f"{G}*{h}:{G}*{h} + {G}"
+        cache = f"{i}, slots[{b}], {h}, {chunk}, :"
+        pb.grid(p + "attn", "decode_attention", "t", (B * NK,),
+                reads={p + "q": f"{b}, {GD}*{h}:{GD}*{h} + {GD}", "k_cache": cache,
+                       "v_cache": cache, p + "k": f"{b}, {D}*{h}:{D}*{h} + {D}",
+                       p + "v": f"{b}, {D}*{h}:{D}*{h} + {D}", "positions": b},
+                writes={p + "o_chunks": f"{b}, {heads}, {c}, :", p + "lse": f"{b}, {heads}, {c}"},
+                notify={p + "attn_done": f"t->{b}, {h}"}, wait={"planned": f"t->{b}"},
+                params={"q": p + "q", "k_cache": "k_cache", "v_cache": "v_cache",
+                        "k_new": p + "k", "v_new": p + "v", "pos": "positions",
+                        "out": p + "o_chunks", "lse": p + "lse", "chunk": self.T,
+                        "chunks": self.NC, "kv_heads": K})
+        pb.trigger("planned", p + "attn", "k->attn_plan[k, 0]:attn_plan[k, 1]")
+        pb.temp(p + "attn", (B, cfg.q_size))
+        live = "0:attn_plan[b, 2]"
+        pb.grid(p + "attn_merge", "attn_merge", "bh", (B, K),
+                reads={p + "o_chunks": f"b, {G}*h:{G}*h + {G}, {live}, :",
+                       p + "lse": f"b, {G}*h:{G}*h + {G}, {live}"},
+                writes={p + "attn": f"b, {head['q']}"}, wait={p + "attn_done": "bh->bh"},
+                params={"parts": p + "o_chunks", "lse": p + "lse", "span_hint": self.NC})
+        n_e = -(-E // t.n_tile)
+        self.linear(p + "o_proj", p + "attn", self.w(i, "self_attn.o_proj"), p + "o_part",
+                    n_e, t.n_tile, E, cfg.q_size // self.qs, self.qs)
+        self.residual(p + "attn_residual", x, p + "o_part", p + "x_mid")
+        return p + "x_mid"
+
+    def mlp(self, i: int, x: str) -> str:
+        cfg, pb, t, rows = self.cfg, self.pb, self.t, self.rows
+        E, F, p = cfg.hidden_size, cfg.intermediate_size, f"l{i}_"
+        self.norm(p + "mlp_norm", x, self.w(i, "post_attention_layernorm"), p + "h2")
+        n_f = -(-F // t.ffn_tile)
+        for proj in ("gate", "up"):
+            self.linear(p + f"{proj}_proj", p + "h2", self.w(i, f"mlp.{proj}_proj"),
+                        p + f"{proj}_part", n_f, t.ffn_tile, F, t.k_split, self.ks)
+        cols = _span("n", t.ffn_tile, F)
+        pb.temp(p + "act", (self.B, F))
+        pb.grid(p + "silu_mul", "silu_mul", "mn", (self.mb, n_f),
+                reads={p + "gate_part": f":, {rows}, {cols}", p + "up_part": f":, {rows}, {cols}"},
+                writes={p + "act": f"{rows}, {cols}"},
+                params={"gate": p + "gate_part", "up": p + "up_part"})
+        self.linear(p + "down_proj", p + "act", self.w(i, "mlp.down_proj"), p + "down_part",
+                    -(-E // t.n_tile), t.n_tile, E, F // self.fs, self.fs)
+        self.residual(p + "mlp_residual", x, p + "down_part", f"x{i + 1}")
+        return f"x{i + 1}"
+
+    def epilogue(self, x: str) -> None:
+        cfg, pb, t, rows = self.cfg, self.pb, self.t, self.rows
+        V = cfg.vocab_size
+        self.norm("final_norm", x, tensor_name("model.norm.weight"), "h_final")
+        head = tensor_name("model.embed_tokens.weight" if cfg.tie_word_embeddings
+                           else "lm_head.weight")
+        n_v, cols = -(-V // t.vocab_tile), _span("n", t.vocab_tile, V)
+        pb.grid("lm_head", "linear_partial", "mn", (self.mb, n_v),
+                reads={"h_final": f"{rows}, :", head: f"{cols}, :"},
+                writes={"logits": f"{rows}, {cols}"}, params={"x": "h_final", "w": head})
+        pb.temp("tile_max", (self.B, n_v))
+        pb.temp("tile_arg", (self.B, n_v), "int32")
+        pb.grid("argmax_tile", "argmax_partial", "mn", (self.mb, n_v),
+                reads={"logits": f"{rows}, {cols}"},
+                writes={"tile_max": f"{rows}, n", "tile_arg": f"{rows}, n"},
+                params={"x": "logits", "max": "tile_max", "arg": "tile_arg",
+                        "tile": t.vocab_tile, "axis": "n"})
+        pb.grid("argmax", "argmax_reduce", "m", (self.mb,),
+                reads={"tile_max": f"{rows}, :", "tile_arg": f"{rows}, :"},
+                writes={"next_tokens": rows}, params={"x": "tile_max", "arg": "tile_arg"})
+
+
+def build_decode_program(config: ModelConfig, max_batch: int, max_context: int,
+                         tiles: DecodeTiles | None = None, *, weight_dtype: str | None = None,
+                         cache_dtype: str = "float32", name: str | None = None) -> Program:
+    """The decode step of `config` for B in [1, max_batch] requests with KV caches of
+    `max_context` positions (see the module docstring for tensors, tiles and events).
+    Weights are declared in `weight_dtype` (default: the config's dtype), activations in
+    float32. Raises ValueError for tiles that do not fit the config."""
+    d = _Decode(config, max_batch, max_context, tiles or DecodeTiles(),
+                weight_dtype or config.dtype, cache_dtype,
+                name or f"decode_{config.architecture}_l{config.num_layers}")
+    x = d.prologue()
+    for i in range(config.num_layers):
+        x = d.mlp(i, d.attention(i, x))
+    d.epilogue(x)
+    return d.pb.build()
+
+
+# ------------------------------------------------------------------------------ running it
+
+class StepResult(NamedTuple):
+    """One decode step: the greedy next token [B] and the logits [B, V] of every request
+    (in the order given), and the interpreter's run."""
+
+    next_tokens: np.ndarray
+    logits: np.ndarray
+    run: RunResult
+
+
+class DecodeSession:
+    """Decode state for one program: the weights, the KV caches [L, max_batch, K, C, D]
+    (float32, `cache_fill` where nothing is cached) and the slot and position of every live
+    request. `step` runs one launch of the same program for any batch size; lowered tables
+    are kept per (batch size, mode)."""
+
+    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_batch: int,
+                 max_context: int, tiles: DecodeTiles | None = None, *, mode: str = "static",
+                 num_sms: int = 8, seed: int = 0, cache_fill: float = 0.0):
+        check_weights(config, dict(weights))
+        self.config, self.mode, self.num_sms, self.seed = config, mode, num_sms, seed
+        self.max_batch, self.max_context = max_batch, max_context
+        self.program = build_decode_program(config, max_batch, max_context, tiles)
+        shapes = config.param_shapes()
+        self.inputs = {tensor_name(n): np.asarray(w) for n, w in weights.items() if n in shapes}
+        self.inputs["rope_inv_freq"] = rope_inv_freq(config).astype(np.float32)
+        cache = (config.num_layers, max_batch, config.num_kv_heads, max_context,
+                 config.head_dim)
+        self.k_cache = np.full(cache, cache_fill, np.float32)
+        self.v_cache = np.full(cache, cache_fill, np.float32)
+        self.slots: dict[Hashable, int] = {}
+        self.positions: dict[Hashable, int] = {}
+        self.steps = 0
+        self._tables: dict[tuple[int, str], Tables] = {}
+
+    def free_slots(self) -> int:
+        return self.max_batch - len(self.slots)
+
+    def add(self, request_id: Hashable) -> int:
+        """Start `request_id` at position 0 in a free cache slot (returned)."""
+        if request_id in self.slots:
+            raise ValueError(f"request {request_id!r} is already live")
+        used = set(self.slots.values())
+        free = [s for s in range(self.max_batch) if s not in used]
+        if not free:
+            raise ValueError(f"all {self.max_batch} cache slots are in use")
+        self.slots[request_id], self.positions[request_id] = free[0], 0
+        return free[0]
+
+    def release(self, request_id: Hashable) -> None:
+        """End `request_id`: its slot is free again (its stale rows stay, masked)."""
+        self.slots.pop(request_id)
+        self.positions.pop(request_id)
+
+    def tables(self, batch: int, mode: str | None = None) -> Tables:
+        key = (batch, mode or self.mode)
+        if key not in self._tables:
+            self._tables[key] = lower(self.program, {"B": batch}, key[1], self.num_sms)
+        return self._tables[key]
+
+    def step(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray,
+             mode: str | None = None) -> StepResult:
+        """Run one new token per request (unknown ids join first, at position 0); append
+        each request's k and v at its position and advance it. Raises ValueError, changing
+        nothing, for a bad batch, token id or a full cache."""
+        ids, toks = list(request_ids), np.asarray(tokens, np.int64).reshape(-1)
+        if len(ids) != len(toks) or not 1 <= len(ids) <= self.max_batch:
+            raise ValueError(f"{len(toks)} tokens for {len(ids)} requests (1 to "
+                             f"{self.max_batch} allowed)")
+        if len(set(ids)) != len(ids):
+            raise ValueError("a request appears twice in one step")
+        if ((toks < 0) | (toks >= self.config.vocab_size)).any():
+            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size})")
+        new = [r for r in ids if r not in self.slots]
+        if len(new) > self.free_slots():
+            raise ValueError(f"{len(new)} new requests but {self.free_slots()} free slots")
+        if any(self.positions.get(r, 0) >= self.max_context for r in ids):
+            raise ValueError(f"a request has filled its {self.max_context} cache positions")
+        for r in new:
+            self.add(r)
+        slots = np.array([self.slots[r] for r in ids], np.int32)
+        pos = np.array([self.positions[r] for r in ids], np.int32)
+        feed = {**self.inputs, "tokens": toks.astype(np.int32), "positions": pos,
+                "slots": slots, "k_cache": self.k_cache, "v_cache": self.v_cache}
+        res = run(self.tables(len(ids), mode), feed, seed=self.seed + self.steps)
+        for name, cache in (("k_cache_out", self.k_cache), ("v_cache_out", self.v_cache)):
+            cache[:, slots, :, pos, :] = res.tensors[name][:, slots, :, pos, :]
+        for r in ids:
+            self.positions[r] += 1
+        self.steps += 1
+        return StepResult(res.tensors["next_tokens"].astype(np.int64),
+                          res.tensors["logits"].copy(), res)
+
+
+def greedy_generate(session: DecodeSession, prompts: Sequence[Sequence[int]],
+                    max_new_tokens: int | Sequence[int],
+                    start_steps: Sequence[int] | None = None) -> list[list[int]]:
+    """Greedy decoding through `session`, one token per live request per step. Request r
+    joins at step `start_steps[r]` (default 0; later while no slot is free), feeds its
+    prompt one token a step, then its own picks (argmax, lowest index on ties), and leaves
+    (its slot released) after `max_new_tokens[r]` picks: the batch changes between steps,
+    the program does not. Returns each prompt's new tokens."""
+    n = len(prompts)
+    budget = [max_new_tokens] * n if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    start = [0] * n if start_steps is None else list(start_steps)
+    if len(budget) != n or len(start) != n or any(len(p) == 0 for p in prompts):
+        raise ValueError("need one non-empty prompt, budget and start step per request")
+    out: list[list[int]] = [[] for _ in prompts]
+    ids = [object() for _ in prompts]
+    fed = [0] * n
+    todo = [r for r in range(n) if budget[r] > 0]
+    live: list[int] = []
+    step = 0
+    while todo or live:
+        joining = 0  # admitted this step, given a slot by the step itself
+        for r in [r for r in todo if start[r] <= step]:
+            if session.free_slots() > joining:
+                todo.remove(r)
+                live.append(r)
+                joining += 1
+        if live:
+            toks = [prompts[r][fed[r]] if fed[r] < len(prompts[r]) else out[r][-1]
+                    for r in live]
+            res = session.step([ids[r] for r in live], toks)
+            for j, r in enumerate(live):
+                fed[r] += 1
+                if fed[r] >= len(prompts[r]):
+                    out[r].append(int(res.next_tokens[j]))
+            for r in [r for r in live if len(out[r]) >= budget[r]]:
+                live.remove(r)
+                session.release(ids[r])
+        step += 1
+    return out

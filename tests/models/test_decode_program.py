@@ -1,0 +1,355 @@
+"""The decode-step program on the CPU interpreter: logits and greedy tokens against the numpy
+reference and transformers, ragged positions with requests joining and leaving, the event
+structure, and every decode task kind against plain numpy."""
+import numpy as np
+import pytest
+
+from eventtensor.lower import bind, build_tables
+from eventtensor.models import CONFIGS, ReferenceModel, random_weights
+from eventtensor.models.decode import (
+    DecodeSession,
+    DecodeTiles,
+    build_decode_program,
+    greedy_generate,
+    tensor_name,
+)
+from eventtensor.models.reference import apply_rope, causal_attention, rms_norm, rope_cos_sin
+from eventtensor.ops import KINDS, TaskContext
+from eventtensor.passes import run_pipeline
+from eventtensor.schedule.cost import grid_costs
+
+TINY = ["tiny-llama", "tiny-qwen3"]
+# two row tiles at B = 3 (the last one clipped), split-K 2, two KV chunks of 16
+TILES = DecodeTiles(rows=2, k_split=2, n_tile=32, ffn_tile=64, vocab_tile=64, kv_chunk=16)
+MAX_BATCH, MAX_CONTEXT = 4, 32
+
+
+@pytest.fixture(scope="module", params=TINY)
+def model(request):
+    """(config, random bf16-valued weights)."""
+    cfg = CONFIGS[request.param]
+    return cfg, random_weights(cfg, seed=7)
+
+
+def _session(cfg, weights, max_batch=MAX_BATCH, **kw) -> DecodeSession:
+    # NaN where nothing is cached: a read past a request's length would poison its logits
+    return DecodeSession(cfg, weights, max_batch, MAX_CONTEXT, TILES, num_sms=4,
+                         cache_fill=np.nan, **kw)
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> None:
+    """Within 1e-4 of the logit scale."""
+    scale = max(1.0, float(np.abs(want).max()))
+    err = float(np.abs(got - want).max())
+    assert np.isfinite(got).all() and err <= 1e-4 * scale, f"max error {err:.3g}"
+
+
+# ------------------------------------------------------------------ whole program
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_logits_match_reference(model, batch):
+    cfg, weights = model
+    session, ref = _session(cfg, weights), ReferenceModel(cfg, weights)
+    rng = np.random.default_rng(batch)
+    ids = [f"r{i}" for i in range(batch)]
+    for step, mode in enumerate(["static", "dynamic", "static", "unfused", "static"]):
+        tokens = rng.integers(0, cfg.vocab_size, batch)
+        got = session.step(ids, tokens, mode=mode)
+        want = ref.step(tokens, ids)
+        _close(got.logits, want)
+        assert got.next_tokens.tolist() == np.argmax(got.logits, axis=-1).tolist()
+        assert got.next_tokens.tolist() == np.argmax(want, axis=-1).tolist(), step
+    assert all(session.positions[r] == 5 for r in ids)
+    cached = ref.cache(ids[-1], 1)[0]                     # [S, K, D] after RoPE
+    slot = session.slots[ids[-1]]
+    np.testing.assert_allclose(session.k_cache[1, slot, :, :5].transpose(1, 0, 2), cached,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_greedy_16_steps_matches_reference(model):
+    cfg, weights = model
+    prompts = [[1], [2, 3, 4], [5, 6, 7, 8, 9]]        # positions cross the KV chunk at 16
+    session = _session(cfg, weights)
+    got = greedy_generate(session, prompts, 16)
+    assert got == ReferenceModel(cfg, weights).greedy_generate(prompts, 16)
+    # requests leave as they finish: the batch shrinks from 3 to 1
+    assert not session.slots and {b for b, _ in session._tables} == {1, 2, 3}
+
+
+def test_ragged_requests_join_and_leave(model):
+    cfg, weights = model
+    session, ref = _session(cfg, weights), ReferenceModel(cfg, weights)
+    rng = np.random.default_rng(3)
+    # (step, live requests): "a" and "b" start, "c" joins at step 2, "a" leaves after step 4,
+    # "d" joins at step 5 in a's old slot (stale rows there), and "b" leaves after step 8
+    plan = [["a", "b"]] * 2 + [["a", "b", "c"]] * 3 + [["b", "c", "d"]] * 4 + [["c", "d"]] * 2
+    for step, ids in enumerate(plan):
+        if step == 5:
+            session.release("a")
+            ref.release("a")
+        if step == 9:
+            session.release("b")
+        tokens = rng.integers(0, cfg.vocab_size, len(ids))
+        got = session.step(ids, tokens, mode="dynamic" if step % 4 == 3 else "static")
+        want = ref.step(tokens, ids)
+        _close(got.logits, want)
+        assert got.next_tokens.tolist() == np.argmax(want, axis=-1).tolist()
+        if step == 5:
+            assert session.slots["d"] == 0 and session.positions["c"] == 4
+    assert [session.positions[r] for r in ("c", "d")] == [9, 6]
+    assert {b for b, _ in session._tables} == {2, 3}      # one program, any batch
+
+
+def test_greedy_generate_with_arrivals_equals_each_alone(model):
+    cfg, weights = model
+    prompts = [[10, 11], [12], [13, 14, 15], [16]]
+    budgets, starts = [5, 9, 4, 3], [0, 0, 2, 3]
+    session = _session(cfg, weights, max_batch=2)        # request 2 waits for a free slot
+    got = greedy_generate(session, prompts, budgets, start_steps=starts)
+    ref = ReferenceModel(cfg, weights)
+    assert got == [ref.greedy_generate([p], n)[0] for p, n in zip(prompts, budgets)]
+    assert greedy_generate(session, [[1]], 0) == [[]]
+
+
+def test_matches_transformers_greedy(model):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from hf_models import hf_logits, hf_model
+    cfg, weights = model
+    prompt, steps = [3, 1, 4, 1, 5], 8
+    session = _session(cfg, weights)
+    rows, sequence = [], list(prompt)
+    for i in range(len(prompt) + steps - 1):
+        rows.append(session.step(["r"], [sequence[i]]))
+        if i >= len(prompt) - 1:
+            sequence.append(int(rows[-1].next_tokens[0]))
+    want = hf_logits(hf_model(cfg, weights), sequence[:-1])
+    _close(np.concatenate([r.logits for r in rows]), want)
+    assert sequence[len(prompt):] == [int(t) for t in np.argmax(want[len(prompt) - 1:], -1)]
+
+
+def test_clipped_tiles_and_chunks():
+    """Tiles that do not divide their dimensions (rows 3 of B = 5, columns 24 of 64, vocab 96
+    of 256, KV chunks 12 of 30), split-K 4, one o_proj split: dynamic schedule."""
+    cfg = CONFIGS["tiny-qwen3"]
+    weights = random_weights(cfg, seed=5)
+    tiles = DecodeTiles(rows=3, k_split=4, o_split=1, n_tile=24, ffn_tile=48, down_split=4,
+                        vocab_tile=96, kv_chunk=12)
+    session = DecodeSession(cfg, weights, 5, 30, tiles, mode="dynamic", num_sms=3,
+                            cache_fill=np.nan)
+    prompts = [[1], [2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [3], [4, 4]]
+    got = greedy_generate(session, prompts, 6)       # request 2 reaches KV chunk 1
+    assert got == ReferenceModel(cfg, weights).greedy_generate(prompts, 6)
+
+
+def test_session_contract():
+    cfg = CONFIGS["tiny-llama"]
+    session = _session(cfg, random_weights(cfg, seed=1), max_batch=2)
+    with pytest.raises(ValueError, match="1 to 2"):
+        session.step(["a", "b", "c"], [1, 2, 3])
+    with pytest.raises(ValueError, match="twice"):
+        session.step(["a", "a"], [1, 2])
+    with pytest.raises(ValueError, match="token ids"):
+        session.step(["a"], [cfg.vocab_size])
+    assert not session.slots
+    small = DecodeSession(cfg, random_weights(cfg, seed=1), 1, 2,
+                          DecodeTiles(rows=1, kv_chunk=1, vocab_tile=128))
+    small.step(["a"], [1])
+    small.step(["a"], [2])
+    with pytest.raises(ValueError, match="cache positions"):
+        small.step(["a"], [3])
+    with pytest.raises(ValueError, match="free slots"):
+        small.step(["b"], [3])
+    with pytest.raises(ValueError, match="tiles.k_split"):
+        build_decode_program(cfg, 2, 32, DecodeTiles(k_split=3))
+
+
+# ------------------------------------------------------------------ event structure
+
+def _producers(tables, names: dict[str, int], task: str) -> set[str]:
+    """Tasks that notify an element `task` waits on (affine waits)."""
+    b, t = tables.bound, names[task]
+    waited = set(tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]].tolist())
+    return {b.task_name(s) for s in range(b.num_tasks) if waited & set(
+        tables.notify_elem[tables.notify_ptr[s]:tables.notify_ptr[s + 1]].tolist())}
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_fine_grained_events(name):
+    cfg = CONFIGS[name]
+    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, TILES))
+    tables = build_tables(bind(program, {"B": 3}))
+    b = tables.bound
+    names = {b.task_name(t): t for t in range(b.num_tasks)}
+    deps = lambda task: _producers(tables, names, task)  # noqa: E731
+    # attention tile t = (b*NC + c)*K + h with b=2, c=1, h=1 (K = NC = 2): its head's
+    # q/k/v tile (row block 1) and the plan, nothing else
+    assert deps("l0_attn(11)") == {"l0_qk_rope(1, 1)", "plan(0)"}
+    assert deps("l0_kv_append(2, 1)") == {"l0_qk_rope(1, 1)"}
+    assert deps("l0_qk_rope(1, 0)") == {f"l0_{p}_proj(1, 0, {s})" for p in "qkv" for s in (0, 1)}
+    assert deps("l0_attn_merge(2, 1)") == {"l0_attn(9)", "l0_attn(11)"}
+    # o_proj split s reads the heads of KV group s: only their merges
+    assert deps("l0_o_proj(1, 0, 1)") == {"l0_attn_merge(2, 1)"}
+    assert deps("l1_down_proj(0, 1, 1)") == {"l1_silu_mul(0, 1)"}
+    assert deps("l1_attn_norm(1)") == {"l0_mlp_residual(1)"}
+    assert deps("argmax(1)") == {f"argmax_tile(1, {n})" for n in range(4)}
+    done = program.event("l0_attn_done")
+    assert done.runtime_count is not None and str(done.runtime_count) == "attn_plan[k, 2]"
+    assert [e.event for e in program.edges_of(grid="l1_attn", kind="trigger")] == ["planned"]
+    head = next(r.tensor for r in program.grid("lm_head").reads if r.tensor != "h_final")
+    assert head == tensor_name("model.embed_tokens.weight" if cfg.tie_word_embeddings
+                               else "lm_head.weight")
+    for g, cost in grid_costs(program, {"B": 3}).items():
+        assert cost.bytes > 0 and cost.flops >= 0, g
+    assert grid_costs(program, {"B": 3})["l0_q_proj"].flops == 2 * 2 * 32 * cfg.group_size \
+        * cfg.head_dim
+
+
+# ------------------------------------------------------------------ task kinds
+
+def _run(kind: str, inputs: dict, outs: dict, params: dict, coords=None) -> dict:
+    """One task of `kind` on the given tiles; outputs float32 (int32 for names in
+    params["ints"])."""
+    ints = params.pop("ints", ())
+    ctx = TaskContext("g", coords or {"i": 0}, {}, params,
+                      {k: np.asarray(v) for k, v in inputs.items()}, dict(outs),
+                      {k: np.dtype(np.int32 if k in ints else np.float32) for k in outs})
+    got = KINDS[kind].reference(ctx)
+    shapes = {k: np.shape(v) for k, v in inputs.items()}
+    assert KINDS[kind].flops(shapes, dict(outs), params) >= 0
+    assert {k: v.shape for k, v in got.items()} == outs
+    return got
+
+
+RNG = np.random.default_rng(0)
+
+
+def _r(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_row_kinds(n):
+    x, w, parts = _r(n, 7), _r(7), _r(3, n, 7)
+    got = _run("rms_norm", {"x": x, "w": w}, {"y": (n, 7)}, {"x": "x", "w": "w", "eps": 1e-5})
+    np.testing.assert_allclose(got["y"], rms_norm(x.astype(np.float64), w, 1e-5), rtol=1e-6)
+    got = _run("residual_add", {"x": x, "p": parts}, {"y": (n, 7)}, {"x": "x", "parts": "p"})
+    np.testing.assert_allclose(got["y"], x + parts.sum(0), rtol=1e-6, atol=1e-6)
+    g, u = _r(1, n, 3), _r(1, n, 3)
+    got = _run("silu_mul", {"g": g, "u": u}, {"y": (n, 3)}, {"gate": "g", "up": "u"})
+    np.testing.assert_allclose(got["y"], (g / (1 + np.exp(-g)) * u)[0], rtol=1e-6)
+    table = _r(n, 7)
+    got = _run("embedding", {"t": table}, {"y": (n, 7)}, {})
+    np.testing.assert_array_equal(got["y"], table)
+
+
+@pytest.mark.parametrize("n, k, c", [(1, 1, 1), (3, 7, 3), (7, 3, 7)])
+def test_linear_partial(n, k, c):
+    x, w = _r(n, k), _r(c, k)
+    for shape in ((n, c), (1, n, c)):
+        got = _run("linear_partial", {"x": x, "w": w}, {"y": shape}, {"x": "x", "w": "w"})
+        np.testing.assert_allclose(got["y"].reshape(n, c), x.astype(np.float64) @ w.T,
+                                   rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n, g, s", [(1, 1, 1), (3, 3, 3), (7, 7, 1)])
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_qk_norm_rope(n, g, s, qk_norm):
+    D = 6
+    q, k, v = _r(s, n, g * D), _r(s, n, D), _r(s, n, D)
+    pos = RNG.integers(0, 50, n).astype(np.int32)
+    inv = (1.0 / 100.0 ** (np.arange(0, D, 2) / D)).astype(np.float32)
+    qn, kn = _r(D), _r(D)
+    params = {"q": "q", "k": "k", "v": "v", "pos": "p", "inv_freq": "f", "q_out": "qo",
+              "k_out": "ko", "v_out": "vo", "head_dim": D, "eps": 1e-6}
+    inputs = {"q": q, "k": k, "v": v, "p": pos, "f": inv}
+    if qk_norm:
+        params.update(q_norm="qn", k_norm="kn")
+        inputs.update(qn=qn, kn=kn)
+    got = _run("qk_norm_rope", inputs, {"qo": (n, g * D), "ko": (n, D), "vo": (n, D)},
+               params)
+    wq, wk = q.astype(np.float64).sum(0).reshape(n, g, D), k.astype(np.float64).sum(0)
+    wk = wk.reshape(n, 1, D)
+    if qk_norm:
+        wq, wk = rms_norm(wq, qn, 1e-6), rms_norm(wk, kn, 1e-6)
+    cos, sin = rope_cos_sin(inv.astype(np.float64), pos)
+    np.testing.assert_allclose(got["qo"], apply_rope(wq, cos, sin).reshape(n, -1), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(got["ko"], apply_rope(wk, cos, sin).reshape(n, -1), rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(got["vo"], v.sum(0), rtol=1e-6, atol=1e-6)
+
+
+def test_kv_append():
+    k, v = _r(1, 7), _r(1, 7)
+    got = _run("kv_append", {"k": k, "v": v}, {"kc": (1, 1, 1, 1, 7), "vc": (1, 1, 1, 1, 7)},
+               {"k": "k", "v": "v", "k_out": "kc", "v_out": "vc"})
+    np.testing.assert_array_equal(got["kc"].reshape(1, 7), k)
+    np.testing.assert_array_equal(got["vc"].reshape(1, 7), v)
+
+
+@pytest.mark.parametrize("g, pos", [(1, 0), (3, 6), (7, 13), (3, 20)])
+def test_decode_attention_and_merge(g, pos):
+    """Split-KV chunks of 7 positions, merged, equal attention over positions 0..pos; the
+    cache at pos and beyond holds garbage that must not count."""
+    T, chunks, heads, D = 7, 3, 3, 5
+    cache_k, cache_v = _r(chunks * T, D), _r(chunks * T, D)
+    cache_k[pos:], cache_v[pos:] = np.nan, np.nan
+    k_new, v_new, q = _r(1, D), _r(1, D), _r(1, g * D)
+    outs, lses = [], []
+    h, b = 1, 0
+    for c in range(chunks):
+        t = (b * chunks + c) * heads + h
+        got = _run("decode_attention",
+                   {"q": q, "kc": cache_k[T * c:T * c + T].reshape(1, 1, 1, T, D),
+                    "vc": cache_v[T * c:T * c + T].reshape(1, 1, 1, T, D), "kn": k_new,
+                    "vn": v_new, "p": np.array([pos], np.int32)},
+                   {"o": (1, g, 1, D), "l": (1, g, 1)},
+                   {"q": "q", "k_cache": "kc", "v_cache": "vc", "k_new": "kn", "v_new": "vn",
+                    "pos": "p", "out": "o", "lse": "l", "chunk": T, "chunks": chunks,
+                    "kv_heads": heads}, coords={"t": t})
+        outs.append(got["o"])
+        lses.append(got["l"])
+        if T * c > pos:      # past the request's length: contributes nothing
+            assert np.all(got["l"] == -np.inf) and np.all(got["o"] == 0)
+    keys = np.concatenate([cache_k[:pos], k_new]).astype(np.float64)
+    vals = np.concatenate([cache_v[:pos], v_new]).astype(np.float64)
+    want = causal_attention(q.reshape(1, g, D).astype(np.float64), keys[:, None, :],
+                            vals[:, None, :]).reshape(1, g * D)
+    merged = _run("attn_merge", {"o": np.concatenate(outs, 2), "l": np.concatenate(lses, 2)},
+                  {"y": (1, g * D)}, {"parts": "o", "lse": "l"})
+    np.testing.assert_allclose(merged["y"], want, rtol=1e-5, atol=1e-6)
+    live = pos // T + 1        # what the program reads: only the live chunks
+    merged = _run("attn_merge", {"o": np.concatenate(outs[:live], 2),
+                                 "l": np.concatenate(lses[:live], 2)},
+                  {"y": (1, g * D)}, {"parts": "o", "lse": "l"})
+    np.testing.assert_allclose(merged["y"], want, rtol=1e-5, atol=1e-6)
+    scores = q.reshape(g, D).astype(np.float64) @ keys[:min(pos + 1, T)].T / np.sqrt(D)
+    np.testing.assert_allclose(lses[0].reshape(g), np.log(np.exp(scores).sum(-1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n, tiles, width", [(1, 1, 1), (3, 3, 7), (7, 7, 3)])
+def test_greedy_argmax_ties_go_to_lowest_index(n, tiles, width):
+    logits = RNG.integers(0, 3, (n, tiles * width)).astype(np.float32)   # many ties
+    maxes, args = np.zeros((n, tiles), np.float32), np.zeros((n, tiles), np.int32)
+    for j in range(tiles):
+        got = _run("argmax_partial", {"x": logits[:, j * width:(j + 1) * width]},
+                   {"m": (n, 1), "a": (n, 1)},
+                   {"x": "x", "max": "m", "arg": "a", "tile": width, "axis": "n",
+                    "ints": ("a",)}, coords={"m": 0, "n": j})
+        maxes[:, j], args[:, j] = got["m"][:, 0], got["a"][:, 0]
+    got = _run("argmax_reduce", {"x": maxes, "a": args}, {"y": (n,)},
+               {"x": "x", "arg": "a", "ints": ("y",)})
+    np.testing.assert_array_equal(got["y"], np.argmax(logits, axis=-1))
+
+
+def test_decode_plan():
+    pos = np.array([0, 15, 16, 31, 3], np.int32)
+    params = {"pos": "p", "chunk": 16, "chunks": 2, "kv_heads": 3, "context": 32,
+              "ints": ("y",)}
+    got = _run("decode_plan", {"p": pos}, {"y": (5, 3)}, dict(params))["y"]
+    np.testing.assert_array_equal(got[:, 2], [1, 1, 2, 2, 1])
+    np.testing.assert_array_equal(got[:, 0], np.arange(5) * 6)
+    np.testing.assert_array_equal(got[:, 1] - got[:, 0], got[:, 2] * 3)
+    with pytest.raises(ValueError, match="outside the KV cache"):
+        _run("decode_plan", {"p": np.array([32], np.int32)}, {"y": (1, 3)}, dict(params))
