@@ -167,6 +167,9 @@ def anatomy(mk, st) -> dict:
         if sel.size:
             d = np.diff(prof.tasks[sel].astype(np.int64), axis=1)
             out[g.name] = {k: med(d[:, i]) for i, k in enumerate(steps)}
+            if g.kind != "nop":  # the body split: tile views built, then the body itself
+                entered = prof.entered[sel].astype(np.int64)
+                out[g.name]["setup"] = med(entered - prof.tasks[sel, 1])
     return out
 
 
@@ -448,9 +451,11 @@ def markdown(r: dict) -> str:
               "Per CTA: kernel entry -> launch arguments loaded (`args`) -> next launch's state "
               "reset (`reset`) -> first task fetched. Per task grid: fetched -> waits satisfied "
               "(`wait`) -> body done by thread 0 (`body`) -> CTA barrier passed (`barrier`) -> "
-              "release fence done (`fence`) -> notifies issued (`notify`).", "",
+              "release fence done (`fence`) -> notifies issued (`notify`); of the body, the "
+              "part before it enters the kind's body function, building its tile views "
+              "(`setup`, listed last).", "",
               "| launch | CTA args / reset / to first fetch | task grid: wait / body / barrier / "
-              "fence / notify |", "|---|---|---|"]
+              "fence / notify / (setup) |", "|---|---|---|"]
     cases = [("launch floor (one nop per SM)", r["launch"]["anatomy"]),
              ("bare hop chain", hop["bare"]["anatomy"]),
              ("hop chain, 1-element tiles", hop["with_tile"]["anatomy"]),

@@ -368,6 +368,9 @@ def test_profile_trace_has_every_task():
     assert len(prof.ran) == st.tables.bound.num_tasks
     assert (np.diff(prof.tasks[prof.ran].astype(np.int64), axis=1) >= 0).all()
     assert (np.diff(prof.cta.astype(np.int64), axis=1) >= 0).all()
+    t = prof.ran  # each body entered after the waits and before the body was done
+    assert (prof.tasks[t, 1] <= prof.entered[t]).all()
+    assert (prof.entered[t] <= prof.tasks[t, 2]).all()
 
 
 @pytest.mark.parametrize("name, bindings", [

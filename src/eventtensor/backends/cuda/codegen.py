@@ -278,6 +278,7 @@ def _dispatch(g: _Gen) -> list[str]:
             lines += _tile(f"t{k}", region, g, ren, role, staged.get(id(region)))
             args.append(f"t{k}")
         args += [str(int(grid.param_dict[name])) for name in params]  # type: ignore[arg-type]
+        lines.append("        et_stamp_setup(A, task);")
         lines.append(f"        et_body_{grid.kind}({', '.join(args)});")
         return f"task grid {grid.name}, kind {grid.kind}", lines
 

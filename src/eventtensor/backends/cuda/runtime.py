@@ -129,11 +129,13 @@ class Profile:
     (fetched, waits satisfied, body done by thread 0, barrier after the body passed, release
     fence done, notifies issued); `sm[t]`: the CTA that ran it; `cta[c]`: one column per
     CTA_PHASES (kernel entry, launch arguments loaded, next launch's state reset, exit);
-    `ran`: the tasks that ran (guarded ones did not)."""
+    `ran`: the tasks that ran (guarded ones did not); `entered[t]`: when thread 0 had built
+    the task's tile views and entered its body (0 for a task without a body)."""
     tasks: np.ndarray
     sm: np.ndarray
     cta: np.ndarray
     ran: np.ndarray
+    entered: np.ndarray
 
 
 @dataclass
@@ -505,7 +507,7 @@ class Megakernel:
         raw = st.arrays["prof"].cpu().numpy()
         tasks = raw[:PROF_TASK * b.num_tasks].reshape(-1, PROF_TASK)
         return Profile(tasks[:, :6], tasks[:, 6], raw[PROF_TASK * b.num_tasks:].reshape(
-            -1, PROF_CTA), np.flatnonzero(tasks[:, 5] > 0))
+            -1, PROF_CTA), np.flatnonzero(tasks[:, 5] > 0), tasks[:, 7])
 
     def trace(self, st: _State, title: str) -> Trace:
         """The per-task timestamps of a profiled launch as a measured `Trace` (µs); its meta

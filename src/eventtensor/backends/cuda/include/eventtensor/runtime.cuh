@@ -309,12 +309,19 @@ __device__ void et_release_consumers(const long long* A, int x) {
 
 // Profiling (ET_PROF set): per task ET_PROF_TASK words: when it was fetched, its waits
 // satisfied, its body done (thread 0), the barrier after it passed, the release fence done,
-// its notifies issued (global timer, ns), its SM; then per CTA ET_PROF_CTA words: kernel
+// its notifies issued (global timer, ns), its SM, its body entered (et_stamp_setup); then per CTA ET_PROF_CTA words: kernel
 // entry, launch arguments loaded, next launch's state reset, exit.
 #define ET_PROF_TASK 8
 #define ET_PROF_CTA 4
 __device__ __forceinline__ void et_stamp(u64* prof, int task, int k) {
     if (prof) prof[ET_PROF_TASK * task + k] = et_globaltimer();
+}
+// Word 7 of a task: when thread 0 has built its tile views and enters its body (stage
+// kernels, whose slot of ET_PROF is 0, stamp nothing).
+__device__ __forceinline__ void et_stamp_setup(const long long* A, const EtTask& task) {
+    if (threadIdx.x == 0 && task.id >= 0 && ET_PROF)
+        ET_PROF[ET_PROF_TASK * task.id + 7] = et_globaltimer();
+    asm volatile("" ::: "memory");  // (the body's loads stay after the stamp)
 }
 __device__ __forceinline__ void et_stamp_cta(const long long* A, int k, u64 t) {
     if (threadIdx.x == 0 && ET_PROF)
