@@ -1,4 +1,4 @@
-"""Command line: `eventtensor demo | run | print`."""
+"""Command line: `eventtensor demo | run | trace | generate | print`."""
 from __future__ import annotations
 
 import argparse
@@ -138,6 +138,30 @@ def _fmt_env(env: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in env.items())
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Greedy generation through the decode-step program (on the CPU interpreter)."""
+    from .models.generate import generate, open_model
+    model = open_model(args.model, seed=args.seed)
+    prompts = [[int(t) for t in ids.split(",")] for ids in args.prompt_ids or []]
+    prompts += [model.encode(text) for text in args.prompt or []]
+    if not prompts:
+        raise ValueError("give --prompt-ids (comma-separated token ids) or --prompt (text)")
+    print(f"model {model.name}: {model.config.architecture}, {model.config.num_layers} "
+          f"layers, {len(prompts)} request(s), batch {args.batch or len(prompts)}, "
+          f"{args.max_new_tokens} new tokens each (decode program on the CPU interpreter, "
+          f"{args.mode} schedule)", flush=True)
+    t0 = time.perf_counter()
+    outs = generate(model, prompts, args.max_new_tokens, batch=args.batch, mode=args.mode,
+                    num_sms=args.sms)
+    for i, (prompt, new) in enumerate(zip(prompts, outs)):
+        line = f"[{i}] {','.join(map(str, prompt))} -> {','.join(map(str, new))}"
+        if model.tokenizer is not None:
+            line += f"  {model.decode(new)!r}"
+        print(line)
+    print(f"generated {sum(map(len, outs))} tokens in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
 def cmd_print(args: argparse.Namespace) -> int:
     from .passes import run_pipeline
     from .printer import to_python
@@ -169,6 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--sms", type=int, default=8)
     tr.add_argument("--out", default="traces")
     tr.set_defaults(fn=cmd_trace)
+    g = sub.add_parser("generate", help="greedy generation with a model (folder or preset)")
+    g.add_argument("--model", required=True,
+                   help="Hugging Face checkpoint folder, or a named config (random weights)")
+    g.add_argument("--prompt-ids", action="append", help="one prompt as comma-separated ids")
+    g.add_argument("--prompt", action="append", help="one text prompt (needs tokenizer.json)")
+    g.add_argument("--max-new-tokens", type=int, default=16)
+    g.add_argument("--batch", type=int, help="requests at once (default: all prompts)")
+    g.add_argument("--mode", choices=("static", "dynamic", "unfused"), default="static")
+    g.add_argument("--sms", type=int, default=8)
+    g.add_argument("--seed", type=int, default=0, help="seed of a named config's weights")
+    g.set_defaults(fn=cmd_generate)
     pr = sub.add_parser("print", help="print an example program as Python")
     pr.add_argument("example", choices=sorted(EXAMPLES))
     pr.add_argument("--lowered", action="store_true", help="after the pass pipeline")
