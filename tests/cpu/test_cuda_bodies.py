@@ -285,6 +285,21 @@ def test_body_matches_numpy(results, i):
         np.testing.assert_allclose(got[i], want, rtol=rtol, atol=rtol)
 
 
+def tile_lines(op: Op, data) -> list[str]:
+    """C lines defining tensor T (holding `data`) and tile t, the region `op` of it."""
+    ctype = "et_bf16" if op.dtype == B else "float"
+    r = len(op.shape)
+    idx = ", ".join(f"I{d}" if d in op.idx else "nullptr" for d in range(r))
+    return [c_array("T", op.dtype, data),
+            *(f"static const int I{d}[] = {{{', '.join(map(str, pos))}}};"
+              for d, pos in op.idx.items()),
+            f"const long long s[] = {{{', '.join(map(str, op.shape))}}};",
+            f"const long long l[] = {{{', '.join(map(str, op.lo))}}};",
+            f"const long long n[] = {{{', '.join(map(str, op.n))}}};",
+            f"const int* const ix[] = {{{idx}}};",
+            f"const EtTileT<{ctype}> t = et_tile(T, {r}, s, l, n, ix);"]
+
+
 @pytest.mark.parametrize("op", [
     Op((64, 128), (32, 32), (32, 32)),                 # split-K's partial-sum tile
     Op((3, 100, 40), (1, 10, 3), (2, 7, 37)),          # rank 3, rows off line boundaries
@@ -296,16 +311,8 @@ def test_prefetch_tile_issues_one_prefetch_per_line_chunk_of_each_row(tmp_path, 
     chunks (from the row's first element): nothing outside the tile, nothing twice."""
     ctype = "et_bf16" if op.dtype == B else "float"
     r = len(op.shape)
-    idx = ", ".join(f"I{d}" if d in op.idx else "nullptr" for d in range(r))
     body = "\n".join([
-        c_array("T", op.dtype, np.zeros(int(np.prod(op.shape)))),
-        *(f"static const int I{d}[] = {{{', '.join(map(str, pos))}}};"
-          for d, pos in op.idx.items()),
-        f"const long long s[] = {{{', '.join(map(str, op.shape))}}};",
-        f"const long long l[] = {{{', '.join(map(str, op.lo))}}};",
-        f"const long long n[] = {{{', '.join(map(str, op.n))}}};",
-        f"const int* const ix[] = {{{idx}}};",
-        f"const EtTileT<{ctype}> t = et_tile(T, {r}, s, l, n, ix);",
+        *tile_lines(op, np.zeros(int(np.prod(op.shape)))),
         "et_run_cta([&] { et_prefetch_tile(t); });",
         f'for (const void* p : et_prefetched) std::printf("%ld\\n", (long)(({ctype}*)p - T));'])
     got = sorted(int(w) for w in run_host(tmp_path, body).split())
@@ -337,19 +344,10 @@ def test_stage_tile_copies_the_tile_densely_into_the_buffer(tmp_path, op, unit):
     aligned words, else 4-byte elements (plain copies for 2-byte ones); et_staged views the
     copy as the tile. A tile that does not fit is prefetched into L2 instead."""
     ctype = "et_bf16" if op.dtype == B else "float"
-    r = len(op.shape)
     data = np.arange(int(np.prod(op.shape)), dtype=np.float32) % 251
-    idx = ", ".join(f"I{d}" if d in op.idx else "nullptr" for d in range(r))
     size = int(np.prod(op.n)) * (2 if op.dtype == B else 4)
     body = "\n".join([
-        c_array("T", op.dtype, data),
-        *(f"static const int I{d}[] = {{{', '.join(map(str, pos))}}};"
-          for d, pos in op.idx.items()),
-        f"const long long s[] = {{{', '.join(map(str, op.shape))}}};",
-        f"const long long l[] = {{{', '.join(map(str, op.lo))}}};",
-        f"const long long n[] = {{{', '.join(map(str, op.n))}}};",
-        f"const int* const ix[] = {{{idx}}};",
-        f"const EtTileT<{ctype}> t = et_tile(T, {r}, s, l, n, ix);",
+        *tile_lines(op, data),
         f"alignas(16) static unsigned char buf[{size + 64}];",
         f"static {ctype}* got[256];",
         "static int used_after[256];",

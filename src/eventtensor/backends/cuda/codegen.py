@@ -31,9 +31,8 @@ STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL)
 def stage_bytes(ctas_per_sm: int) -> int:
     """The most shared memory for staged input tiles a CTA may take (the knob ET_STAGE_BYTES,
     runtime.cuh; two halves: the current task's tiles and the next one's): a power of two, at
-    most 32 KB, such that
-    with the CTA's other shared memory (under 11 KB with the block reserve) the CTAs fit the
-    228 KB of an SM (and a CTA its 48 KB of static shared memory)."""
+    most 32 KB, such that with the CTA's other shared memory (under 11 KB with the block
+    reserve) the CTAs fit the 228 KB of an SM (and a CTA its 48 KB of static shared memory)."""
     room = min(32768, 228 * 1024 // ctas_per_sm - 11 * 1024)
     return 1 << (room.bit_length() - 1) if room >= 1024 else 0
 
@@ -175,16 +174,17 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
     bounded so that `ctas_per_sm` CTAs of 256 threads fit one SM, `knobs` (see KNOBS) set;
     for mode `STAGES`, of the stage kernel running one task grid per launch
     (`_check_stages`)."""
-    for name, value in (knobs or {}).items():
+    knobs = dict(knobs or {})
+    for name, value in knobs.items():
         if name not in KNOBS or not isinstance(value, int) or value < 0:
             raise ValueError(f"knob {name}={value!r}: the device library's knobs are "
                              f"{', '.join(KNOBS)}, each a non-negative int")
-    staging = (knobs or {}).get("ET_STAGE_BYTES", 0)
+    staging = knobs.get("ET_STAGE_BYTES", 0)
     if staging % 16 or staging > stage_bytes(ctas_per_sm):
         raise ValueError(f"knob ET_STAGE_BYTES={staging}: the stage buffer takes a multiple of "
                          f"16 bytes, at most {stage_bytes(ctas_per_sm)} with {ctas_per_sm} "
                          "CTA(s) per SM")
-    if (knobs or {}).get("ET_DEFER_MAX", 1) < 1:
+    if knobs.get("ET_DEFER_MAX", 1) < 1:
         raise ValueError("knob ET_DEFER_MAX=0: a CTA holds back the notifies of at most "
                          "ET_DEFER_MAX - 1 tasks; it takes 1 (none) or more")
     if mode not in GPU_MODES + (STAGES,):
@@ -199,7 +199,6 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
         raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols and "
                                f"{len(p.tensors)} tensors; the launch arguments hold "
                                f"{MAX_SLOTS - SYM_BASE} of them")
-    settings = dict(knobs or {})
     g = _Gen(p)
     out = [f"// eventtensor megakernel: program '{p.name}', {mode} schedule",
            f"// {len(p.grids)} task grids, {len(p.events)} event tensors, "
@@ -207,7 +206,7 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
            sym.C_PRELUDE,
            *(["#define ET_ARMED_COUNTS 1"] if dynamic else []),
            *(["#define ET_HYBRID 1"] if mode == "hybrid" else []),
-           *(f"#define {name} {value}" for name, value in sorted(settings.items())),
+           *(f"#define {name} {value}" for name, value in sorted(knobs.items())),
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"', "",
@@ -352,7 +351,7 @@ def _stage(g: _Gen) -> list[str]:
         for j, r in enumerate(regions):
             lines += _tile(f"p{j}", r, g, ren, "stage")
             lines += [f"        void* const s{j} = et_stage_tile(p{j}, buf, used, "
-                      "buf ? ET_STAGE_BYTES / 2 : 0);",
+                      "ET_STAGE_BYTES / 2);",
                       f"        if (threadIdx.x == 32) slots[{j}] = s{j};"]
         return f"task grid {grid.name}", lines
 

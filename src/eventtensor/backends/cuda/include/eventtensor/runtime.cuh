@@ -309,8 +309,9 @@ __device__ void et_release_consumers(const long long* A, int x) {
 
 // Profiling (ET_PROF set): per task ET_PROF_TASK words: when it was fetched, its waits
 // satisfied, its body done (thread 0), the barrier after it passed, the release fence done,
-// its notifies issued (global timer, ns), its SM, its body entered (et_stamp_setup); then per CTA ET_PROF_CTA words: kernel
-// entry, launch arguments loaded, next launch's state reset, exit.
+// its notifies issued (global timer, ns), its SM, its body entered (et_stamp_setup); then
+// per CTA ET_PROF_CTA words: kernel entry, launch arguments loaded, next launch's state
+// reset, exit.
 #define ET_PROF_TASK 8
 #define ET_PROF_CTA 4
 __device__ __forceinline__ void et_stamp(u64* prof, int task, int k) {
@@ -382,14 +383,20 @@ __device__ EtView et_global_view(const long long* A, int t) {
     return v;
 }
 
-// Thread 0, once the CTA's writes of task `v` are done: one release fence, then its notifies
-// (and their profiling stamps).
-__device__ __forceinline__ void et_publish_task(const long long* A, const EtView& v, u64* prof) {
-    if (v.num_notifies) et_fence_release();
+// Thread 0, after the release fence that follows the CTA's writes of task `v`: its notifies
+// and their profiling stamps.
+__device__ __forceinline__ void et_notify_fenced(const long long* A, const EtView& v,
+                                                 u64* prof) {
     et_stamp(prof, v.task.id, 4);
     et_notify_task(A, v);
     et_stamp(prof, v.task.id, 5);
     if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
+}
+
+// Thread 0, once the CTA's writes of task `v` are done: one release fence, then its notifies.
+__device__ __forceinline__ void et_publish_task(const long long* A, const EtView& v, u64* prof) {
+    if (v.num_notifies) et_fence_release();
+    et_notify_fenced(A, v, prof);
 }
 
 // Notifies held back (static and unfused modes): while the task a CTA runs next cannot block
@@ -418,13 +425,7 @@ __device__ void et_publish_run(const long long* A, EtRun& run, u64* prof) {
     bool any = false;
     for (int i = 0; i < run.n; ++i) any |= run.held[i].num_notifies > 0;
     if (any) et_fence_release();
-    for (int i = 0; i < run.n; ++i) {
-        const EtView& v = run.held[i];
-        et_stamp(prof, v.task.id, 4);
-        et_notify_task(A, v);
-        et_stamp(prof, v.task.id, 5);
-        if (prof) prof[ET_PROF_TASK * v.task.id + 6] = blockIdx.x;
-    }
+    for (int i = 0; i < run.n; ++i) et_notify_fenced(A, run.held[i], prof);
     run.n = 0;
 }
 
@@ -774,8 +775,7 @@ __device__ void et_dynamic_loop(const long long* A) {
         const int t = s_task;
         if (t < 0) return;
         if (!et_do_task<true>(A, et_global_view(A, t), et_no_task(),
-                              ET_PROF ? et_globaltimer() : 0,
-                              false, 0, nullptr, false))
+                              ET_PROF ? et_globaltimer() : 0, false, 0, nullptr, false))
             return;
     }
 }
