@@ -4,106 +4,15 @@ barrier of all of them and __shfl_xor_sync an exchange among the 32 lanes of a w
 thread that skips a barrier or a shuffle hangs the run (a timeout fails the test). The cases
 take every fast path (lane groups, blocks of 4 cells, x staged in the scratch, broadcasts, bf16
 tiles, edge tiles) and the per-element loop (index vectors, rank-3 outputs, long k)."""
-import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from cuda_host import needs_cxx, run_host
 
-from eventtensor.backends.cuda.compiler import INCLUDE
 from eventtensor.dtypes import round_to_dtype
 
-CXX = shutil.which("g++") or shutil.which("c++")
-pytestmark = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
-
-# bodies.cuh with its inline PTX statements (bf16 rounding, prefetch, asynchronous copies)
-# replaced by host code
-PATCHES = {
-    r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':
-        "r.bits = et_host_bf16(v);",
-    r'asm volatile\("prefetch\.global\.\w+ \[%0\];" :: "l"\(t\.p \+ off\)\);':
-        "et_host_prefetch(t.p + off);",
-    r'asm volatile\("cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;"[^;]*;':
-        "et_host_copy(dst, src, 16);",
-    r'asm volatile\("cp\.async\.ca\.shared\.global \[%0\], \[%1\], 4;"[^;]*;':
-        "et_host_copy(dst, src, 4);",
-}
-
-SHIM = r"""
-#include <algorithm>
-#include <barrier>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-#include <mutex>
-#include <set>
-#include <thread>
-#include <vector>
-#define __device__
-#define __forceinline__ inline
-#define __noinline__
-#define __shared__ static
-using std::min;
-struct alignas(16) float4 { float x, y, z, w; };
-struct EtDim3 { unsigned x, y, z; };
-static thread_local EtDim3 threadIdx;
-static const EtDim3 blockDim = {256, 1, 1};
-static std::barrier<>* et_cta;
-struct EtWarp { std::barrier<> bar{32}; float v[32]; };
-static EtWarp* et_warps;
-inline void __syncthreads() { et_cta->arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned mask, float v, int o) {
-    if (mask != 0xffffffffu) std::abort();
-    EtWarp& w = et_warps[threadIdx.x / 32];
-    w.v[threadIdx.x % 32] = v;
-    w.bar.arrive_and_wait();
-    const float r = w.v[(threadIdx.x % 32) ^ o];
-    w.bar.arrive_and_wait();
-    return r;
-}
-static std::mutex et_prefetch_mutex;
-static std::set<const void*> et_prefetched;
-inline void et_host_prefetch(const void* p) {
-    std::lock_guard<std::mutex> lock(et_prefetch_mutex);
-    et_prefetched.insert(p);
-}
-static std::mutex et_copy_mutex;
-static std::vector<int> et_copy_sizes;  // bytes of each asynchronous copy, in issue order
-inline void et_host_copy(void* dst, const void* src, int bytes) {
-    std::memcpy(dst, src, bytes);
-    std::lock_guard<std::mutex> lock(et_copy_mutex);
-    et_copy_sizes.push_back(bytes);
-}
-inline unsigned long long __cvta_generic_to_shared(const void* p) { return (size_t)p; }
-inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline unsigned short et_host_bf16(float v) {
-    unsigned u; std::memcpy(&u, &v, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
-    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-#include "eventtensor/bodies.cuh"
-template <typename F> void et_run_cta(F body) {
-    std::barrier<> cta(256);
-    std::unique_ptr<EtWarp[]> warps(new EtWarp[8]);
-    et_cta = &cta;
-    et_warps = warps.get();
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < 256; ++t)
-        threads.emplace_back([&body, t] { threadIdx = {t, 0, 0}; body(); });
-    for (auto& th : threads) th.join();
-}
-inline float et_val(float v) { return v; }
-inline float et_val(et_bf16 v) { return et_to_float(v); }
-template <typename T> void et_print(int id, const T* p, int n) {
-    std::printf("case %d", id);
-    for (int i = 0; i < n; ++i) std::printf(" %.9g", et_val(p[i]));
-    std::printf("\n");
-}
-"""
+pytestmark = needs_cxx
 
 SENTINEL = 1000.0  # out tensor elements outside the tile keep it
 
@@ -244,21 +153,6 @@ def c_case(i, kind, ops, rng, integers):
     expect = tensors[-1].copy()
     expect[np.ix_(*ops[-1].positions())] = reference(kind, vals, ops)
     return "\n".join(lines), expect
-
-
-def run_host(tmp, main_body: str) -> str:
-    """Compile bodies.cuh (host patches applied) with the shim and `main_body`; run it."""
-    src = (INCLUDE / "eventtensor" / "bodies.cuh").read_text()
-    for pattern, host in PATCHES.items():
-        src, count = re.subn(pattern, host, src)
-        assert count == 1, f"bodies.cuh: {pattern!r} matched {count} times"
-    (tmp / "eventtensor").mkdir()
-    (tmp / "eventtensor" / "bodies.cuh").write_text(src)
-    (tmp / "main.cpp").write_text(SHIM + "int main() {\n" + main_body + "\n}\n")
-    subprocess.run([CXX, "-std=c++20", "-O1", "-pthread", f"-I{tmp}", str(tmp / "main.cpp"),
-                    "-o", str(tmp / "main")], check=True, capture_output=True, timeout=300)
-    return subprocess.run([str(tmp / "main")], capture_output=True, text=True, timeout=300,
-                          check=True).stdout
 
 
 @pytest.fixture(scope="module")

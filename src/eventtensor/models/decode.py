@@ -8,17 +8,20 @@ of a tile, S split-K partials.
 
 Inputs: every weight under `tensor_name(hf_name)` (the HF name with dots as underscores),
 tokens [B], positions [B], slots [B] (the cache row of each request, distinct), rope_inv_freq
-[D/2] (`reference.rope_inv_freq`), k_cache and v_cache [L, max_batch, K, C, D].
-Outputs: logits [B, V], next_tokens [B], k_cache_out and v_cache_out [L, max_batch, K, C, D].
+[D/2] (`reference.rope_inv_freq`), per layer l the caches `cache_name("k", l)` and
+`cache_name("v", l)` [max_batch, K, C, D]. Outputs: logits [B, V], next_tokens [B], per layer
+`cache_name("k", l, out=True)` and the v one [max_batch, K, C, D]. (One cache tensor per
+layer, so that every layer's tasks differ only in the tensors they touch and share their
+generated code on the GPU.)
 
 The KV cache. The IR has no read-write tensor: `verify` rejects a task writing an input, and
 every output or temp starts a launch unwritten (poisoned on the interpreter), so nothing
 persists across launches. The caches are therefore read as inputs (positions below each
-request's own) and the new rows are appended to the outputs k_cache_out / v_cache_out at
-[l, slots[b], h, positions[b]] (a data-dependent region); no task reads those outputs, and
+request's own) and the new rows are appended to the layer's cache outputs at
+[slots[b], h, positions[b]] (a data-dependent region); no task reads those outputs, and
 attention takes the new token's k and v from the layer's temps. `DecodeSession` copies the
 appended rows into its cache arrays after each launch; a device launch can instead pass the
-same buffer as k_cache and k_cache_out (the only element both touch, the new row, is masked
+same buffer as a cache input and its output (the only element both touch, the new row, is masked
 on the read side).
 
 Per layer l, tiles and events (events come from the tile regions unless named here):
@@ -66,6 +69,12 @@ from .weights import check_weights
 def tensor_name(hf_name: str) -> str:
     """The program tensor holding HF parameter `hf_name` (dots become underscores)."""
     return hf_name.replace(".", "_")
+
+
+def cache_name(kv: str, layer: int, out: bool = False) -> str:
+    """The program tensor of layer `layer`'s key (`kv` "k") or value ("v") cache: the
+    input, or with `out` the output the step appends the new rows to."""
+    return f"l{layer}_{kv}_cache" + ("_out" if out else "")
 
 
 @dataclass(frozen=True)
@@ -125,10 +134,11 @@ class _Decode:
         for n in ("tokens", "positions", "slots"):
             pb.input(n, (B,), "int32")
         pb.input("rope_inv_freq", (D // 2,))
-        cache = (config.num_layers, max_batch, config.num_kv_heads, max_context, D)
-        for n in ("k_cache", "v_cache"):
-            pb.input(n, cache, cache_dtype)
-            pb.output(n + "_out", cache, cache_dtype)
+        cache = (max_batch, config.num_kv_heads, max_context, D)
+        for layer in range(config.num_layers):
+            for kv in "kv":
+                pb.input(cache_name(kv, layer), cache, cache_dtype)
+                pb.output(cache_name(kv, layer, out=True), cache, cache_dtype)
         pb.output("logits", (B, config.vocab_size))
         pb.output("next_tokens", (B,), "int32")
 
@@ -196,12 +206,12 @@ class _Decode:
             pb.temp(p + r, (B, width))
         pb.grid(p + "qk_rope", "qk_norm_rope", "mh", (self.mb, K), reads=reads,
                 writes={p + r: f"{rows}, {head[r]}" for r in "qkv"}, params=params)
-        cache_row = f"{i}, slots[b], h, positions[b], :"
+        cache_row = "slots[b], h, positions[b], :"
         pb.grid(p + "kv_append", "kv_append", "bh", (B, K),
                 reads={p + "k": f"b, {head['k']}", p + "v": f"b, {head['v']}"},
-                writes={"k_cache_out": cache_row, "v_cache_out": cache_row},
-                params={"k": p + "k", "v": p + "v", "k_out": "k_cache_out",
-                        "v_out": "v_cache_out"})
+                writes={cache_name(kv, i, out=True): cache_row for kv in "kv"},
+                params={"k": p + "k", "v": p + "v", "k_out": cache_name("k", i, out=True),
+                        "v_out": cache_name("v", i, out=True)})
         # split-KV attention over a 1-D grid, so one trigger range per request covers the
         # tiles of its live chunks: t = (b*NC + c)*K + h
         NK = self.NC * K
@@ -211,14 +221,15 @@ class _Decode:
         pb.temp(p + "lse", (B, cfg.num_heads, self.NC))
         pb.event(p + "attn_done", (B, K), wait_count="attn_plan[k, 2]")
         heads = f"{G}*{h}:{G}*{h} + {G}"
-        cache = f"{i}, slots[{b}], {h}, {chunk}, :"
+        cache = f"slots[{b}], {h}, {chunk}, :"
         pb.grid(p + "attn", "decode_attention", "t", (B * NK,),
-                reads={p + "q": f"{b}, {GD}*{h}:{GD}*{h} + {GD}", "k_cache": cache,
-                       "v_cache": cache, p + "k": f"{b}, {D}*{h}:{D}*{h} + {D}",
+                reads={p + "q": f"{b}, {GD}*{h}:{GD}*{h} + {GD}", cache_name("k", i): cache,
+                       cache_name("v", i): cache, p + "k": f"{b}, {D}*{h}:{D}*{h} + {D}",
                        p + "v": f"{b}, {D}*{h}:{D}*{h} + {D}", "positions": b},
                 writes={p + "o_chunks": f"{b}, {heads}, {c}, :", p + "lse": f"{b}, {heads}, {c}"},
                 notify={p + "attn_done": f"t->{b}, {h}"}, wait={"planned": f"t->{b}"},
-                params={"q": p + "q", "k_cache": "k_cache", "v_cache": "v_cache",
+                params={"q": p + "q", "k_cache": cache_name("k", i),
+                        "v_cache": cache_name("v", i),
                         "k_new": p + "k", "v_new": p + "v", "pos": "positions",
                         "out": p + "o_chunks", "lse": p + "lse", "chunk": self.T,
                         "chunks": self.NC, "kv_heads": K})
@@ -305,30 +316,15 @@ class StepResult(NamedTuple):
     run: RunResult
 
 
-class DecodeSession:
-    """Decode state for one program: the weights, the KV caches [L, max_batch, K, C, D]
-    (float32, `cache_fill` where nothing is cached) and the slot and position of every live
-    request. `step` runs one launch of the same program for any batch size; lowered tables
-    are kept per (batch size, mode)."""
+class RequestSlots:
+    """The cache slot and position of every live request of a decode session with
+    `max_batch` slots of `max_context` positions; `admit` checks a step's batch."""
 
-    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_batch: int,
-                 max_context: int, tiles: DecodeTiles | None = None, *, mode: str = "static",
-                 num_sms: int = 8, seed: int = 0, cache_fill: float = 0.0):
-        check_weights(config, dict(weights))
-        self.config, self.mode, self.num_sms, self.seed = config, mode, num_sms, seed
-        self.max_batch, self.max_context = max_batch, max_context
-        self.program = build_decode_program(config, max_batch, max_context, tiles)
-        shapes = config.param_shapes()
-        self.inputs = {tensor_name(n): np.asarray(w) for n, w in weights.items() if n in shapes}
-        self.inputs["rope_inv_freq"] = rope_inv_freq(config).astype(np.float32)
-        cache = (config.num_layers, max_batch, config.num_kv_heads, max_context,
-                 config.head_dim)
-        self.k_cache = np.full(cache, cache_fill, np.float32)
-        self.v_cache = np.full(cache, cache_fill, np.float32)
+    def __init__(self, vocab_size: int, max_batch: int, max_context: int):
+        self.vocab_size, self.max_batch, self.max_context = vocab_size, max_batch, max_context
         self.slots: dict[Hashable, int] = {}
         self.positions: dict[Hashable, int] = {}
         self.steps = 0
-        self._tables: dict[tuple[int, str], Tables] = {}
 
     def free_slots(self) -> int:
         return self.max_batch - len(self.slots)
@@ -349,25 +345,19 @@ class DecodeSession:
         self.slots.pop(request_id)
         self.positions.pop(request_id)
 
-    def tables(self, batch: int, mode: str | None = None) -> Tables:
-        key = (batch, mode or self.mode)
-        if key not in self._tables:
-            self._tables[key] = lower(self.program, {"B": batch}, key[1], self.num_sms)
-        return self._tables[key]
-
-    def step(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray,
-             mode: str | None = None) -> StepResult:
-        """Run one new token per request (unknown ids join first, at position 0); append
-        each request's k and v at its position and advance it. Raises ValueError, changing
-        nothing, for a bad batch, token id or a full cache."""
+    def admit(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One new token per request (unknown ids join first, at position 0): the tokens,
+        slots and positions [B] (int32) of the step. Raises ValueError, changing nothing,
+        for a bad batch, token id or a full cache."""
         ids, toks = list(request_ids), np.asarray(tokens, np.int64).reshape(-1)
         if len(ids) != len(toks) or not 1 <= len(ids) <= self.max_batch:
             raise ValueError(f"{len(toks)} tokens for {len(ids)} requests (1 to "
                              f"{self.max_batch} allowed)")
         if len(set(ids)) != len(ids):
             raise ValueError("a request appears twice in one step")
-        if ((toks < 0) | (toks >= self.config.vocab_size)).any():
-            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size})")
+        if ((toks < 0) | (toks >= self.vocab_size)).any():
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
         new = [r for r in ids if r not in self.slots]
         if len(new) > self.free_slots():
             raise ValueError(f"{len(new)} new requests but {self.free_slots()} free slots")
@@ -377,14 +367,58 @@ class DecodeSession:
             self.add(r)
         slots = np.array([self.slots[r] for r in ids], np.int32)
         pos = np.array([self.positions[r] for r in ids], np.int32)
-        feed = {**self.inputs, "tokens": toks.astype(np.int32), "positions": pos,
-                "slots": slots, "k_cache": self.k_cache, "v_cache": self.v_cache}
-        res = run(self.tables(len(ids), mode), feed, seed=self.seed + self.steps)
-        for name, cache in (("k_cache_out", self.k_cache), ("v_cache_out", self.v_cache)):
-            cache[:, slots, :, pos, :] = res.tensors[name][:, slots, :, pos, :]
-        for r in ids:
+        return toks.astype(np.int32), slots, pos
+
+    def advance(self, request_ids: Sequence[Hashable]) -> None:
+        """After a step: each request one position further."""
+        for r in request_ids:
             self.positions[r] += 1
         self.steps += 1
+
+
+class DecodeSession(RequestSlots):
+    """Decode state for one program on the interpreter: the weights, the KV caches
+    [L, max_batch, K, C, D] (float32, `cache_fill` where nothing is cached) and the requests
+    (`RequestSlots`). `step` runs one launch of the same program for any batch size;
+    lowered tables are kept per (batch size, mode)."""
+
+    def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_batch: int,
+                 max_context: int, tiles: DecodeTiles | None = None, *, mode: str = "static",
+                 num_sms: int = 8, seed: int = 0, cache_fill: float = 0.0):
+        check_weights(config, dict(weights))
+        super().__init__(config.vocab_size, max_batch, max_context)
+        self.config, self.mode, self.num_sms, self.seed = config, mode, num_sms, seed
+        self.program = build_decode_program(config, max_batch, max_context, tiles)
+        shapes = config.param_shapes()
+        self.inputs = {tensor_name(n): np.asarray(w) for n, w in weights.items() if n in shapes}
+        self.inputs["rope_inv_freq"] = rope_inv_freq(config).astype(np.float32)
+        cache = (config.num_layers, max_batch, config.num_kv_heads, max_context,
+                 config.head_dim)
+        self.k_cache = np.full(cache, cache_fill, np.float32)
+        self.v_cache = np.full(cache, cache_fill, np.float32)
+        self._tables: dict[tuple[int, str], Tables] = {}
+
+    def tables(self, batch: int, mode: str | None = None) -> Tables:
+        key = (batch, mode or self.mode)
+        if key not in self._tables:
+            self._tables[key] = lower(self.program, {"B": batch}, key[1], self.num_sms)
+        return self._tables[key]
+
+    def step(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray,
+             mode: str | None = None) -> StepResult:
+        """Run one new token per request (see `admit`); append each request's k and v at
+        its position and advance it."""
+        toks, slots, pos = self.admit(request_ids, tokens)
+        feed = {**self.inputs, "tokens": toks, "positions": pos, "slots": slots}
+        for layer in range(self.config.num_layers):
+            for kv, cache in (("k", self.k_cache), ("v", self.v_cache)):
+                feed[cache_name(kv, layer)] = cache[layer]
+        res = run(self.tables(len(toks), mode), feed, seed=self.seed + self.steps)
+        for layer in range(self.config.num_layers):
+            for kv, cache in (("k", self.k_cache), ("v", self.v_cache)):
+                new = res.tensors[cache_name(kv, layer, out=True)]
+                cache[layer, slots, :, pos, :] = new[slots, :, pos, :]
+        self.advance(request_ids)
         return StepResult(res.tensors["next_tokens"].astype(np.int64),
                           res.tensors["logits"].copy(), res)
 

@@ -11,6 +11,7 @@ most `MAX_BINDINGS`; data-dependent maps are checked at run time by the interpre
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -101,42 +102,58 @@ def _is_waited(tables, x: int) -> bool:
 
 
 def _check_coverage(b) -> None:
-    """Every element a task reads is written by some task (or is an input): writes mark a
-    mask; each read box is checked against the mask's N-d prefix sums (no per-element work)."""
+    """Every element a task reads is written by some task (or is an input). Per tensor, the
+    boxes' bounds cut each axis into intervals (coordinate compression); write boxes mark the
+    cells they cover, and a read box is covered iff the volume of the covered cells inside it,
+    from prefix sums of cell volumes, equals its own (no per-element work)."""
     p = b.program
-    diffs: dict[str, np.ndarray] = {}   # N-d difference arrays of the write boxes
+    writes: dict[str, list[tuple[list[np.ndarray], list[np.ndarray]]]] = {}
     opaque: set[str] = set()
     for g in p.grids:
         for r in g.writes:
             if r.map.is_data_dependent:
                 opaque.add(r.tensor)
-                continue
-            shape = b.tensor_shapes[r.tensor]
-            d = diffs.setdefault(r.tensor, np.zeros(tuple(x + 1 for x in shape), np.int64))
-            los, his = _region(b, g, r, "writes")
-            flip = -1 if len(los) % 2 else 1  # difference arrays sign by hi corners
-            for idx, sign in _corners(los, his):
-                np.add.at(d, idx, sign * flip)
-    sums = {}
-    for t, d in diffs.items():
-        for axis in range(d.ndim):
-            np.cumsum(d, axis=axis, out=d)
-        sums[t] = _prefix_sums(d[tuple(slice(0, -1) for _ in range(d.ndim))] > 0)
-    for g in p.grids:
-        for r in g.reads:
-            if p.tensor(r.tensor).role == "input" or r.tensor in opaque or \
-                    r.map.is_data_dependent:
-                continue
-            los, his = _region(b, g, r, "reads")
-            volume = np.prod([h - lo for lo, h in zip(los, his)], axis=0) if los else 1
-            missing = np.flatnonzero(_box_sums(sums[r.tensor], los, his) != volume)
-            if missing.size:
-                t = b.task_base[g.name] + int(missing[0])
-                key = r.map.key(b.task_env(t), b.tensor_shapes[r.tensor])
-                raise UnwrittenReadError(
-                    f"task {b.task_name(t)} of task grid '{g.name}' reads "
-                    f"{r.tensor}[{format_key(key)}], part of which no task writes and no "
-                    f"input provides (at {b.env})")
+            else:
+                writes.setdefault(r.tensor, []).append(_region(b, g, r, "writes"))
+    reads = [(g, r, *_region(b, g, r, "reads")) for g in p.grids for r in g.reads
+             if p.tensor(r.tensor).role != "input" and r.tensor not in opaque
+             and not r.map.is_data_dependent]
+    covered = {t: _covered_volume(b.tensor_shapes[t], writes.get(t, []),
+                                  [(lo, hi) for _, r, lo, hi in reads if r.tensor == t])
+               for t in {r.tensor for _, r, _, _ in reads}}
+    for g, r, los, his in reads:
+        volume = np.prod([h - lo for lo, h in zip(los, his)], axis=0) if los else 1
+        missing = np.flatnonzero(covered[r.tensor](los, his) != volume)
+        if missing.size:
+            t = b.task_base[g.name] + int(missing[0])
+            key = r.map.key(b.task_env(t), b.tensor_shapes[r.tensor])
+            raise UnwrittenReadError(
+                f"task {b.task_name(t)} of task grid '{g.name}' reads "
+                f"{r.tensor}[{format_key(key)}], part of which no task writes and no "
+                f"input provides (at {b.env})")
+
+
+def _covered_volume(shape, writes, reads):
+    """f(los, his): for each box [los, his) of `reads` (rows of arrays per axis), the number
+    of its elements inside some box of `writes`, over a tensor of `shape`."""
+    boxes = writes + reads
+    cuts = [np.unique(np.concatenate([[0, n]] + [x[d] for lo, hi in boxes for x in (lo, hi)]))
+            for d, n in enumerate(shape)]
+    def cells(los, his):
+        return ([np.searchsorted(c, lo) for c, lo in zip(cuts, los)],
+                [np.searchsorted(c, hi) for c, hi in zip(cuts, his)])
+    diff = np.zeros(tuple(len(c) for c in cuts), np.int64)
+    flip = -1 if len(shape) % 2 else 1  # difference arrays sign by hi corners
+    for los, his in writes:
+        for idx, sign in _corners(*cells(los, his)):
+            np.add.at(diff, idx, sign * flip)
+    for axis in range(diff.ndim):
+        np.cumsum(diff, axis=axis, out=diff)
+    mask = diff[tuple(slice(0, -1) for _ in shape)] > 0
+    widths = [np.diff(c) for c in cuts]
+    weight = mask * functools.reduce(np.multiply, np.ix_(*widths), np.int64(1))
+    sums = _prefix_sums(weight)
+    return lambda los, his: _box_sums(sums, *cells(los, his))
 
 
 def _region(b, g, r, role: str):
@@ -155,7 +172,7 @@ def _corners(los: list[np.ndarray], his: list[np.ndarray]):
 
 
 def _prefix_sums(mask: np.ndarray) -> np.ndarray:
-    """S with S[i0, i1, ...] = number of set elements in mask[:i0, :i1, ...]."""
+    """S with S[i0, i1, ...] = the sum of mask[:i0, :i1, ...]."""
     s = np.zeros(tuple(d + 1 for d in mask.shape), np.int64)
     s[tuple(slice(1, None) for _ in mask.shape)] = mask
     for axis in range(mask.ndim):

@@ -1,0 +1,125 @@
+"""Host emulation of the CTA bodies in the device headers: each CUDA thread of a 256-thread
+CTA is a host thread, __syncthreads a barrier of all of them and __shfl_xor_sync an exchange
+among the 32 lanes of a warp, so a thread that skips a barrier or a shuffle hangs the run (a
+timeout fails the test). `run_host` compiles the headers (inline PTX replaced by host code,
+PATCHES) with SHIM and a main body, runs it and returns its stdout."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from eventtensor.backends.cuda.compiler import INCLUDE
+
+CXX = shutil.which("g++") or shutil.which("c++")
+needs_cxx = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
+
+# bodies.cuh with its inline PTX statements (bf16 rounding, prefetch, asynchronous copies)
+# replaced by host code
+PATCHES = {
+    r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':
+        "r.bits = et_host_bf16(v);",
+    r'asm volatile\("prefetch\.global\.\w+ \[%0\];" :: "l"\(t\.p \+ off\)\);':
+        "et_host_prefetch(t.p + off);",
+    r'asm volatile\("cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;"[^;]*;':
+        "et_host_copy(dst, src, 16);",
+    r'asm volatile\("cp\.async\.ca\.shared\.global \[%0\], \[%1\], 4;"[^;]*;':
+        "et_host_copy(dst, src, 4);",
+}
+
+SHIM = r"""
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+#define __device__
+#define __forceinline__ inline
+#define __noinline__
+#define __shared__ static
+using std::min;
+struct alignas(16) float4 { float x, y, z, w; };
+struct EtDim3 { unsigned x, y, z; };
+static thread_local EtDim3 threadIdx;
+static const EtDim3 blockDim = {256, 1, 1};
+static std::barrier<>* et_cta;
+struct EtWarp { std::barrier<> bar{32}; float v[32]; };
+static EtWarp* et_warps;
+inline void __syncthreads() { et_cta->arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned mask, float v, int o) {
+    if (mask != 0xffffffffu) std::abort();
+    EtWarp& w = et_warps[threadIdx.x / 32];
+    w.v[threadIdx.x % 32] = v;
+    w.bar.arrive_and_wait();
+    const float r = w.v[(threadIdx.x % 32) ^ o];
+    w.bar.arrive_and_wait();
+    return r;
+}
+static std::mutex et_prefetch_mutex;
+static std::set<const void*> et_prefetched;
+inline void et_host_prefetch(const void* p) {
+    std::lock_guard<std::mutex> lock(et_prefetch_mutex);
+    et_prefetched.insert(p);
+}
+static std::mutex et_copy_mutex;
+static std::vector<int> et_copy_sizes;  // bytes of each asynchronous copy, in issue order
+inline void et_host_copy(void* dst, const void* src, int bytes) {
+    std::memcpy(dst, src, bytes);
+    std::lock_guard<std::mutex> lock(et_copy_mutex);
+    et_copy_sizes.push_back(bytes);
+}
+inline unsigned long long __cvta_generic_to_shared(const void* p) { return (size_t)p; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned short et_host_bf16(float v) {
+    unsigned u; std::memcpy(&u, &v, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+@PRELUDE@
+#include "eventtensor/bodies.cuh"
+@EXTRA_INCLUDES@
+template <typename F> void et_run_cta(F body) {
+    std::barrier<> cta(256);
+    std::unique_ptr<EtWarp[]> warps(new EtWarp[8]);
+    et_cta = &cta;
+    et_warps = warps.get();
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < 256; ++t)
+        threads.emplace_back([&body, t] { threadIdx = {t, 0, 0}; body(); });
+    for (auto& th : threads) th.join();
+}
+inline float et_val(float v) { return v; }
+inline float et_val(et_bf16 v) { return et_to_float(v); }
+template <typename T> void et_print(int id, const T* p, int n) {
+    std::printf("case %d", id);
+    for (int i = 0; i < n; ++i) std::printf(" %.9g", et_val(p[i]));
+    std::printf("\n");
+}
+"""
+
+def run_host(tmp, main_body: str, headers: tuple[str, ...] = (), prelude: str = "") -> str:
+    """Compile bodies.cuh (PATCHES applied, each exactly once) and then `headers` (other
+    headers of include/eventtensor, included after it) with SHIM, host code `prelude` (before
+    the headers: more stand-ins for device intrinsics) and `main_body`; run it."""
+    src = (INCLUDE / "eventtensor" / "bodies.cuh").read_text()
+    for pattern, host in PATCHES.items():
+        src, count = re.subn(pattern, host, src)
+        assert count == 1, f"bodies.cuh: {pattern!r} matched {count} times"
+    (tmp / "eventtensor").mkdir()
+    (tmp / "eventtensor" / "bodies.cuh").write_text(src)
+    for h in headers:
+        (tmp / "eventtensor" / h).write_text((INCLUDE / "eventtensor" / h).read_text())
+    includes = "\n".join(f'#include "eventtensor/{h}"' for h in headers)
+    (tmp / "main.cpp").write_text(SHIM.replace("@EXTRA_INCLUDES@", includes)
+                                  .replace("@PRELUDE@", prelude) +
+                                  "int main() {\n" + main_body + "\n}\n")
+    subprocess.run([CXX, "-std=c++20", "-O1", "-pthread", f"-I{tmp}", str(tmp / "main.cpp"),
+                    "-o", str(tmp / "main")], check=True, capture_output=True, timeout=300)
+    return subprocess.run([str(tmp / "main")], capture_output=True, text=True, timeout=300,
+                          check=True).stdout
