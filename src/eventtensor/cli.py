@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from .examples import EXAMPLES
 
@@ -139,26 +140,44 @@ def _fmt_env(env: dict[str, int]) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Greedy generation through the decode-step program (on the CPU interpreter)."""
-    from .models.generate import generate, open_model
+    """Greedy generation through the decode-step program (megakernel or interpreter)."""
+    from .models.generate import generate, open_model, resolve_device
     model = open_model(args.model, seed=args.seed)
     prompts = [[int(t) for t in ids.split(",")] for ids in args.prompt_ids or []]
     prompts += [model.encode(text) for text in args.prompt or []]
     if not prompts:
         raise ValueError("give --prompt-ids (comma-separated token ids) or --prompt (text)")
+    device = resolve_device(args.device)
+    where = "one megakernel launch per step on the GPU" if device == "gpu" else \
+        "the decode program on the CPU interpreter"
     print(f"model {model.name}: {model.config.architecture}, {model.config.num_layers} "
           f"layers, {len(prompts)} request(s), batch {args.batch or len(prompts)}, "
-          f"{args.max_new_tokens} new tokens each (decode program on the CPU interpreter, "
-          f"{args.mode} schedule)", flush=True)
+          f"{args.max_new_tokens} new tokens each ({where}, {args.mode} schedule)", flush=True)
     t0 = time.perf_counter()
     outs = generate(model, prompts, args.max_new_tokens, batch=args.batch, mode=args.mode,
-                    num_sms=args.sms)
+                    num_sms=args.sms, device=device)
     for i, (prompt, new) in enumerate(zip(prompts, outs)):
         line = f"[{i}] {','.join(map(str, prompt))} -> {','.join(map(str, new))}"
         if model.tokenizer is not None:
             line += f"  {model.decode(new)!r}"
         print(line)
     print(f"generated {sum(map(len, outs))} tokens in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run a benchmark script of the repository's benchmarks/ folder with the remaining
+    arguments (`eventtensor bench decode --model llama-3.2-1b ...`)."""
+    import runpy
+    script = BENCHMARKS / f"{args.name}_bench.py"
+    if not script.exists():
+        raise ValueError(f"benchmark script {script} not found (the benchmarks live in the "
+                         "source checkout's benchmarks/ folder)")
+    sys.argv = [str(script), *args.rest]
+    runpy.run_path(str(script), run_name="__main__")
     return 0
 
 
@@ -201,9 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--max-new-tokens", type=int, default=16)
     g.add_argument("--batch", type=int, help="requests at once (default: all prompts)")
     g.add_argument("--mode", choices=("static", "dynamic", "unfused"), default="static")
-    g.add_argument("--sms", type=int, default=8)
+    g.add_argument("--sms", type=int, default=8, help="virtual SMs of the interpreter")
+    g.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
+                   help="the megakernel on the GPU or the CPU interpreter (auto: the GPU "
+                        "where there is one)")
     g.add_argument("--seed", type=int, default=0, help="seed of a named config's weights")
     g.set_defaults(fn=cmd_generate)
+    be = sub.add_parser("bench", help="run a benchmark (decode: the decode step against "
+                                      "PyTorch; megakernel: runtime overheads)")
+    be.add_argument("name", choices=("decode", "megakernel", "schedule"))
+    be.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own arguments")
+    be.set_defaults(fn=cmd_bench)
     pr = sub.add_parser("print", help="print an example program as Python")
     pr.add_argument("example", choices=sorted(EXAMPLES))
     pr.add_argument("--lowered", action="store_true", help="after the pass pipeline")

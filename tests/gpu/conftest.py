@@ -20,11 +20,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _example_kernels_compiled():
+def _example_kernels_compiled(request):
     """The examples' kernels in every mode (and with 2 and 4 CTAs per SM, and with the device
     library settings of test_examples_with_device_library_settings), compiled in parallel
-    into the cache before the first test needs one."""
-    if not _has_gpu():
+    into the cache before the first test needs one (when the session runs test_megakernel)."""
+    if not _has_gpu() or not any(item.module.__name__.endswith("test_megakernel")
+                                 for item in request.session.items):
         return
     from eventtensor.backends.cuda.codegen import GPU_MODES, generate, kernel_name
     from eventtensor.backends.cuda.compiler import compile_many

@@ -58,3 +58,19 @@ def test_checkpoint_folder_with_tokenizer_takes_text_prompts(tmp_path, capsys):
 def test_bad_generate_arguments_are_named(capsys, args, message):
     assert main(["generate", *args]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_gpu_device_without_a_gpu_is_a_clear_error(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: tests/gpu/test_decode.py covers the GPU path")
+    assert main(["generate", "--model", "tiny-llama", "--prompt-ids", "1", "--device",
+                 "gpu"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_bench_runs_the_named_benchmark_script(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "decode", "--help"])
+    assert exit_.value.code == 0
+    assert "decode_bench.py" in capsys.readouterr().out

@@ -3,8 +3,9 @@
 `open_model(spec)` takes a named config of `config.CONFIGS` (random weights with its real
 shapes, seeded) or a Hugging Face checkpoint folder (`config.json`, safetensors, and, if the
 folder has one, `tokenizer.json` read with the `tokenizers` library). `generate` runs the
-decode step program of `models.decode` on the CPU interpreter: prompts are fed one token a
-step, requests join and leave between steps, the program is built once.
+decode step program of `models.decode` as one megakernel launch per step on the GPU
+(`gpu_decode`) or on the CPU interpreter: prompts are fed one token a step, requests join
+and leave between steps, the program is built (and compiled) once.
 """
 from __future__ import annotations
 
@@ -60,12 +61,26 @@ def open_model(spec: str, *, seed: int = 0, progress: bool = True) -> OpenModel:
                      f"(named: {', '.join(CONFIGS)})")
 
 
+def resolve_device(device: str) -> str:
+    """`device` ("gpu", "cpu" or "auto": the GPU where torch sees one) as "gpu" or "cpu"."""
+    if device not in ("auto", "gpu", "cpu"):
+        raise ValueError(f"device {device!r}: choose auto, gpu or cpu")
+    if device != "auto":
+        return device
+    try:
+        import torch
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
 def generate(model: OpenModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
              batch: int | None = None, mode: str = "static", num_sms: int = 8,
-             tiles: DecodeTiles | None = None) -> list[list[int]]:
+             tiles: DecodeTiles | None = None, device: str = "cpu") -> list[list[int]]:
     """The `max_new_tokens` greedy tokens of every prompt (token ids). At most `batch`
     requests (default: all prompts) run at once; the others join as slots free up. The KV
-    cache holds every prompt with its new tokens."""
+    cache holds every prompt with its new tokens. `device` "gpu": the megakernel on all SMs
+    (`num_sms` is the interpreter's); "cpu": the interpreter on `num_sms` virtual SMs."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("give at least one prompt, each with at least one token")
     if max_new_tokens < 1:
@@ -75,6 +90,11 @@ def generate(model: OpenModel, prompts: Sequence[Sequence[int]], max_new_tokens:
     if context > model.config.max_position_embeddings:
         raise ValueError(f"prompt plus new tokens need {context} positions; the model has "
                          f"{model.config.max_position_embeddings}")
-    session = DecodeSession(model.config, model.weights, batch, context, tiles, mode=mode,
-                            num_sms=num_sms)
+    if resolve_device(device) == "gpu":
+        from .gpu_decode import GpuDecodeSession
+        session: DecodeSession | GpuDecodeSession = GpuDecodeSession(
+            model.config, model.weights, batch, context, tiles, mode=mode)
+    else:
+        session = DecodeSession(model.config, model.weights, batch, context, tiles, mode=mode,
+                                num_sms=num_sms)
     return greedy_generate(session, [list(p) for p in prompts], max_new_tokens)

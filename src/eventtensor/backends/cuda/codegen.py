@@ -12,6 +12,7 @@ data, so one kernel serves every binding of the symbols.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from ... import sym
@@ -51,6 +52,28 @@ BODIES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
     "moe_gather": ([("reads", "x"), ("writes", "xs")], []),
     "moe_expert_gemm": ([("reads", "xs"), ("reads", "w_experts"), ("writes", "ys")], []),
     "moe_combine": ([("reads", "ys"), ("reads", "topk_w"), ("writes", "out")], []),
+    # the decode step (llm_dense.cuh, llm_attention.cuh); `?`: a tile that may be absent
+    "embedding": ([("reads", "#0"), ("writes", "#0")], []),
+    "rms_norm": ([("reads", "@x"), ("reads", "@w"), ("writes", "#0")], ["eps:f"]),
+    "linear_partial": ([("reads", "@x"), ("reads", "@w"), ("writes", "#0")], []),
+    "residual_add": ([("reads", "@x"), ("reads", "@parts"), ("writes", "#0")], []),
+    "silu_mul": ([("reads", "@gate"), ("reads", "@up"), ("writes", "#0")], []),
+    "argmax_partial": ([("reads", "@x"), ("writes", "@max"), ("writes", "@arg")],
+                       ["tile", "@axis"]),
+    "argmax_reduce": ([("reads", "@x"), ("reads", "@arg"), ("writes", "#0")], []),
+    "decode_plan": ([("reads", "@pos"), ("writes", "#0")],
+                    ["chunk", "chunks", "kv_heads", "context"]),
+    "qk_norm_rope": ([("reads", "@q"), ("reads", "@k"), ("reads", "@v"), ("reads", "@pos"),
+                      ("reads", "@inv_freq"), ("reads", "?@q_norm"), ("reads", "?@k_norm"),
+                      ("writes", "@q_out"), ("writes", "@k_out"), ("writes", "@v_out")],
+                     ["head_dim", "eps:f"]),
+    "kv_append": ([("reads", "@k"), ("reads", "@v"), ("writes", "@k_out"),
+                   ("writes", "@v_out")], []),
+    "decode_attention": ([("reads", "@q"), ("reads", "@k_cache"), ("reads", "@v_cache"),
+                          ("reads", "@k_new"), ("reads", "@v_new"), ("reads", "@pos"),
+                          ("writes", "@out"), ("writes", "@lse")],
+                         ["chunk", "chunks", "kv_heads", "c0"]),
+    "attn_merge": ([("reads", "@parts"), ("reads", "@lse"), ("writes", "#0")], []),
 }
 # dtype -> (element type, tile type) of bodies.cuh
 CTYPE = {"float32": ("float", "EtTile"), "bfloat16": ("et_bf16", "EtBTile"),
@@ -59,6 +82,12 @@ CTYPE = {"float32": ("float", "EtTile"), "bfloat16": ("et_bf16", "EtBTile"),
 
 class UnsupportedOnGpu(ProgramError):
     """The program uses something the CUDA backend does not run."""
+
+
+def uses_tensor_table(p: Program) -> bool:
+    """Whether the tensor pointers of `p` travel in their own table (runtime.cuh
+    ET_NUM_TENSORS) because the launch-argument slots after the symbols cannot hold them."""
+    return SYM_BASE + len(p.symbols) + len(p.tensors) > MAX_SLOTS
 
 
 def kernel_name(p: Program, mode: str, ctas_per_sm: int = 1) -> str:
@@ -70,6 +99,17 @@ class _Gen:
         self.p = p
         self.tindex = {t.name: i for i, t in enumerate(p.tensors)}
         self.ren = {s.name: sym.Sym(f"s_{s.name}", s.lo, s.hi) for s in p.symbols}
+        self.local: list[str] | None = None  # tensors of the case being generated, see tref
+
+    def tref(self, name: str) -> str:
+        """C expression of the pointer slot of tensor `name`. Inside a case of `_grid_switch`,
+        `ET_GT(j)`: the case's j-th tensor in order of first reference, so that grids whose
+        cases differ only in the tensors they touch generate the same text (one case)."""
+        if self.local is None:
+            return f"ET_TENSOR({self.tindex[name]})"
+        if name not in self.local:
+            self.local.append(name)
+        return f"ET_GT({self.local.index(name)})"
 
     def c(self, e, ren=None) -> str:
         return sym.as_expr(e).subs(ren or self.ren).to_c()
@@ -84,7 +124,7 @@ class _Gen:
         flat = "0"
         for i, d in zip(ld.index, t.shape):
             flat = f"({flat}) * ({self.c(d)}) + ({self.c(i, ren)})"
-        return f"((const int*)ET_TENSOR({self.tindex[ld.tensor]}))[{flat}]"
+        return f"((const int*){self.tref(ld.tensor)})[{flat}]"
 
     def value(self, v, ren) -> str:
         return self.load(v, ren) if isinstance(v, Load) else self.c(v, ren)
@@ -99,7 +139,7 @@ class _Gen:
         flat = "0"
         for i, d in zip(ld.index, t.shape):
             flat = f"({flat}) * ({self.c(d)}) + ({'0' if isinstance(i, Full) else self.c(i, ren)})"
-        return (f"((const int*)ET_TENSOR({self.tindex[ld.tensor]}) + ({flat}))",
+        return (f"((const int*){self.tref(ld.tensor)} + ({flat}))",
                 self.c(t.shape[-1]))
 
     def size(self, dims) -> str:
@@ -195,10 +235,9 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
     dynamic = mode in ("dynamic", "hybrid")  # the device queue's counter protocol
     if dynamic:
         _check_triggers(p)
-    if SYM_BASE + len(p.symbols) + len(p.tensors) > MAX_SLOTS:
-        raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols and "
-                               f"{len(p.tensors)} tensors; the launch arguments hold "
-                               f"{MAX_SLOTS - SYM_BASE} of them")
+    if SYM_BASE + len(p.symbols) > MAX_SLOTS:
+        raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols; the launch "
+                               f"arguments hold {MAX_SLOTS - SYM_BASE}")
     g = _Gen(p)
     out = [f"// eventtensor megakernel: program '{p.name}', {mode} schedule",
            f"// {len(p.grids)} task grids, {len(p.events)} event tensors, "
@@ -206,14 +245,20 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
            sym.C_PRELUDE,
            *(["#define ET_ARMED_COUNTS 1"] if dynamic else []),
            *(["#define ET_HYBRID 1"] if mode == "hybrid" else []),
+           *([f"#define ET_NUM_TENSORS {len(p.tensors)}"] if uses_tensor_table(p) else []),
            *(f"#define {name} {value}" for name, value in sorted(knobs.items())),
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
-           '#include "eventtensor/bodies.cuh"', "",
+           '#include "eventtensor/bodies.cuh"',
+           '#include "eventtensor/llm_common.cuh"',
+           '#include "eventtensor/llm_dense.cuh"',
+           '#include "eventtensor/llm_attention.cuh"', "",
+           "#define ET_TENSOR(i) (et_tensor_table()[i])" if uses_tensor_table(p) else
            f"#define ET_TENSOR(i) (A[{SYM_BASE + len(p.symbols)} + (i)])", ""]
     out += _dispatch(g)
     out += _stage(g) + _extra_waits(g) + _extra_notifies(g, dynamic) + _runtime_counts(g)
-    out += _arm_written(g, dynamic) + _arm_inputs(g, dynamic) + _release_triggers(g, dynamic)
+    out += _arm_written(g, dynamic) + _arm_inputs(g, dynamic)
+    out += _release_triggers(g, dynamic, mode == "hybrid")
     if mode == STAGES:
         out += ["", f"ET_STAGE_KERNEL({kernel_name(p, mode)})", ""]
     else:
@@ -247,14 +292,47 @@ def _coords(grid: TaskGrid, g: _Gen) -> tuple[list[str], dict]:
 def _grid_switch(g: _Gen, header: str, case, switch_note: str = "",
                  tail: tuple[str, ...] = ()) -> list[str]:
     """A device function `header` that switches on the task's grid. `case(grid, ren)` returns
-    (comment, lines) for one grid's case, or None to leave the grid out."""
-    out = [header, *g.sym_lines(), f"    switch (task.a.x) {{{switch_note}"]
+    (comment, lines) for one grid's case, or None to leave the grid out. Grids whose lines
+    are the same but for the tensors they touch (the layers of a model) share one case: its
+    tensors come from a constant table by grid, `<function>_tensors[grid][j]`, so that the
+    kernel's code grows with the distinct grids, not with the layers."""
+    families: dict[str, list[tuple[int, str, str, list[str]]]] = {}
     for gi, grid in enumerate(g.p.grids):
         coords, ren = _coords(grid, g)
-        body = case(grid, ren)
+        g.local = []
+        try:
+            body = case(grid, ren)
+        finally:
+            local, g.local = g.local, None
         if body is not None:
             comment, lines = body
-            out += [f"    case {gi}: {{  // {comment}", *coords, *lines, "        break;", "    }"]
+            code = "\n".join([*coords, *lines])
+            key = "\n".join(x for x in code.split("\n") if not x.lstrip().startswith("//"))
+            families.setdefault(key, []).append((gi, grid.name, comment, code, local))
+    fn = header.split("(")[0].split()[-1]
+    table = f"{fn}_tensors"
+    shared = {m[0]: m[4] for f in families.values() if len(f) > 1 for m in f}
+    width = max(map(len, shared.values()), default=0)
+    out = []
+    if width:
+        out += [f"// the tensors of the grids that share a case of {fn}",
+                f"__constant__ short {table}[{len(g.p.grids)}][{width}] = {{",
+                *(f"    {{{', '.join(str(g.tindex[n]) for n in shared.get(gi, []))}}},  "
+                  f"// {grid.name}" for gi, grid in enumerate(g.p.grids)), "};"]
+    out += [header, *g.sym_lines(), f"    switch (task.a.x) {{{switch_note}"]
+    for members in families.values():
+        gi, name, comment, code, local = members[0]
+        if len(members) == 1:
+            for j, name_j in enumerate(local):
+                code = code.replace(f"ET_GT({j})", f"ET_TENSOR({g.tindex[name_j]})")
+            out.append(f"    case {gi}: {{  // {comment}")
+        else:
+            code = re.sub(r"ET_GT\((\d+)\)", rf"ET_TENSOR({table}[task.a.x][\1])", code)
+            labels = [f"case {m[0]}:" for m in members]
+            out += ["    " + " ".join(labels[k:k + 10]) for k in range(0, len(labels), 10)]
+            out[-1] += (f" {{  // {comment}; also {', '.join(m[1] for m in members[1:])} "
+                        f"(tensors by grid; the comments name {name}'s)")
+        out += [code, "        break;", "    }"]
     return out + ["    }", *tail, "}", ""]
 
 
@@ -269,14 +347,19 @@ def _dispatch(g: _Gen) -> list[str]:
         lines, args = [], []
         spec, params = BODIES[grid.kind]
         for k, (role, which) in enumerate(spec):
-            tensor = _tensor_of(grid, role, which)
+            optional = which.startswith("?")
+            tensor = _tensor_of(grid, role, which.lstrip("?"))
+            if optional and not tensor:
+                lines.append(f"        const EtTile t{k} = {{}};  // no {which[2:]}")
+                args.append(f"t{k}")
+                continue
             if (role, tensor) not in regions:
                 raise UnsupportedOnGpu(f"task grid '{grid.name}' ({grid.kind}) must {role[:-1]} "
                                        f"tensor '{tensor}'")
             region = regions[(role, tensor)]
             lines += _tile(f"t{k}", region, g, ren, role, staged.get(id(region)))
             args.append(f"t{k}")
-        args += [str(int(grid.param_dict[name])) for name in params]  # type: ignore[arg-type]
+        args += [_param(grid, name) for name in params]
         lines.append("        et_stamp_setup(A, task);")
         lines.append(f"        et_body_{grid.kind}({', '.join(args)});")
         return f"task grid {grid.name}, kind {grid.kind}", lines
@@ -286,7 +369,23 @@ def _dispatch(g: _Gen) -> list[str]:
                         case, "  // task grid")
 
 
+def _param(grid: TaskGrid, spec: str) -> str:
+    """C literal of a body parameter: `name` an int param, `name:f` a float one, `@name`
+    the task's coordinate along the axis that param `name` names, `c0` along the first."""
+    if spec == "c0":
+        return f"(int)c_{grid.axes[0]}"
+    if spec.startswith("@"):
+        return f"(int)c_{grid.param_dict[spec[1:]]}"
+    name, _, kind = spec.partition(":")
+    if name not in grid.param_dict:
+        raise UnsupportedOnGpu(f"task grid '{grid.name}' ({grid.kind}) needs param '{name}'")
+    value = grid.param_dict[name]
+    return f"{float(value)!r}f" if kind == "f" else str(int(value))  # type: ignore[arg-type]
+
+
 def _tensor_of(grid: TaskGrid, role: str, which: str) -> str:
+    """The tensor a body argument names: `#0` the grid's one tensor of `role`, `@name` the
+    tensor that param `name` names ('' if the grid has no such param), else `which`."""
     if which.startswith("#"):
         names = [r.tensor for r in (grid.reads if role == "reads" else grid.writes)]
         if len(names) != 1:
@@ -294,7 +393,7 @@ def _tensor_of(grid: TaskGrid, role: str, which: str) -> str:
                                    "one tensor")
         return names[0]
     if which.startswith("@"):
-        return str(grid.param_dict[which[1:]])
+        return str(grid.param_dict.get(which[1:]) or "")
     return which
 
 
@@ -319,10 +418,13 @@ def _tile(name: str, r: Region, g: _Gen, ren, role: str, slot: int | None = None
             dims.append(("0", cnt, ptr))
         else:
             dims.append((g.value(d.value, ren), "1", "nullptr"))
+    if len(shape) > 4:
+        raise UnsupportedOnGpu(f"tensor '{t.name}' has rank {len(shape)}; a CUDA tile has "
+                               "at most 4 dimensions")
     lo, n, idx = ([x[k] for x in dims] for k in range(3))
     rank = len(shape)
-    view = f"et_tile(({ctype}*)ET_TENSOR({g.tindex[r.tensor]}), {rank}, {name}_shape, " \
-           f"{name}_lo, {name}_n, {name}_idx)"
+    view = (f"et_tile(({ctype}*){g.tref(r.tensor)}, {rank}, {name}_shape, {name}_lo, "
+            f"{name}_n, {name}_idx)")
     if slot is not None:
         view = f"et_staged({view}, staged, {slot})"
     return [f"        // {role} {r.tensor}[{', '.join(str(d) for d in r.map.dims)}]" +
@@ -355,12 +457,23 @@ def _stage(g: _Gen) -> list[str]:
                       f"        if (threadIdx.x == 32) slots[{j}] = s{j};"]
         return f"task grid {grid.name}", lines
 
-    staging = " || ".join(f"g == {gi}" for gi, grid in enumerate(g.p.grids)
-                          if _staged_regions(g, grid)) or "false"
+    staging = [gi for gi, grid in enumerate(g.p.grids) if _staged_regions(g, grid)]
     return _grid_switch(g, "__device__ void et_stage(const long long* A, const EtTask& task, "
-                           "void** slots, unsigned char* buf) {", case) + [
-        "__device__ __forceinline__ bool et_has_stage(int g) {",
-        f"    return {staging};", "}", ""]
+                           "void** slots, unsigned char* buf) {", case) + \
+        _grid_predicate(g, "et_has_stage", staging)
+
+
+def _grid_predicate(g: _Gen, name: str, grids: list[int], note: str = "") -> list[str]:
+    """Device function `name(g)`: whether grid g is one of `grids`; a chain of comparisons
+    for a few, else a constant table."""
+    if len(grids) <= 8:
+        test = " || ".join(f"g == {gi}" for gi in grids) or "false"
+    else:
+        flags = ", ".join("1" if gi in set(grids) else "0" for gi in range(len(g.p.grids)))
+        test = f"{name}_grids[g]"
+    return ([] if len(grids) <= 8 else
+            [f"__constant__ unsigned char {name}_grids[{len(g.p.grids)}] = {{{flags}}};"]) + [
+        f"__device__ __forceinline__ bool {name}(int g) {{{note}", f"    return {test};", "}", ""]
 
 
 def _dd_edges(g: _Gen, grid: TaskGrid, kind: str) -> list[Edge]:
@@ -395,16 +508,11 @@ def _extra_waits(g: _Gen) -> list[str]:
 
     waiting = [gi for gi, grid in enumerate(g.p.grids)
                if _dd_edges(g, grid, "wait") or _dd_edges(g, grid, "trigger")]
-    has = " || ".join(f"g == {gi}" for gi in waiting) or "false"
-    sync_only = " || ".join(f"g == {gi}" for gi, grid in enumerate(g.p.grids)
-                            if grid.kind == "nop") or "false"
+    nops = [gi for gi, grid in enumerate(g.p.grids) if grid.kind == "nop"]
     return _grid_switch(
         g, "__device__ int et_extra_waits(const long long* A, const EtTask& task) {", case,
-        tail=("    return 1;",)) + [
-        "__device__ __forceinline__ bool et_has_extra_waits(int g) {",
-        f"    return {has};", "}", "",
-        "__device__ __forceinline__ bool et_sync_only(int g) {  // grids of kind nop",
-        f"    return {sync_only};", "}", ""]
+        tail=("    return 1;",)) + _grid_predicate(g, "et_has_extra_waits", waiting) + \
+        _grid_predicate(g, "et_sync_only", nops, "  // grids of kind nop")
 
 
 def _extra_notifies(g: _Gen, dynamic: bool) -> list[str]:
@@ -505,22 +613,25 @@ def _arm_inputs(g: _Gen, dynamic: bool) -> list[str]:
             *(g.sym_lines() + lines if lines else []), "}", ""]
 
 
-def _release_triggers(g: _Gen, dynamic: bool) -> list[str]:
+def _release_triggers(g: _Gen, dynamic: bool, hybrid: bool) -> list[str]:
     """Dynamic and hybrid modes, element `x` completed: the range of each trigger edge from
-    its event into a grid that runs from the device queue (trigger edge j in program order is
+    its event into a grid that runs from the device queue (all grids in dynamic mode; in
+    hybrid mode those of the launch's dynamic-grid mask) (trigger edge j in program order is
     ET_TRIGGER_STATE(j), see runtime.py)."""
     trig = [e for e in g.p.edges if e.kind == "trigger"] if dynamic else []
     lines = []
     for j, e in enumerate(trig):
         ev, grid = g.p.event(e.event), g.p.grid(e.grid)
         gi = [gr.name for gr in g.p.grids].index(grid.name)
-        if gi >= 63:
+        if hybrid and gi >= 63:
             raise UnsupportedOnGpu(f"task grid '{grid.name}' (grid {gi}) is the target of a "
-                                   "trigger edge; the dynamic-grid mask holds grids 0..62")
+                                   "trigger edge; in hybrid mode the dynamic-grid mask holds "
+                                   "grids 0..62")
         span, eren = e.map.dims[0], g.event_ren(ev)
         assert isinstance(span, Span)
         cond, coords = g.element_of(ev, "        ")
-        lines += [f"    if (ET_GRID_DYNAMIC({gi}) && {cond}) {{  // trigger {e.event} -> "
+        dyn = f"ET_GRID_DYNAMIC({gi}) && " if hybrid else ""
+        lines += [f"    if ({dyn}{cond}) {{  // trigger {e.event} -> "
                   f"{e.grid}: {e.map}", *coords,
                   f"        et_release_range(A, {j}, {g.task_base(grid.name)}, "
                   f"{g.size(grid.extent)}, {g.value(span.start, eren)}, "

@@ -24,7 +24,15 @@ from ...lower import Tables, bind, build_tables
 from ...schedule import StaticTemplate, prepare, schedule
 from ...schedule.simulate import default_dynamic_grids
 from ...trace import TaskSpan, Trace
-from .codegen import CTYPE, MAX_SLOTS, SYM_BASE, UnsupportedOnGpu, generate, kernel_name
+from .codegen import (
+    CTYPE,
+    MAX_SLOTS,
+    SYM_BASE,
+    UnsupportedOnGpu,
+    generate,
+    kernel_name,
+    uses_tensor_table,
+)
 from .compiler import compile_source
 
 THREADS = 256  # threads per CTA (runtime.cuh ET_THREADS)
@@ -106,14 +114,27 @@ def to_device(p: Program, arrays: Mapping[str, np.ndarray]) -> dict:
     return out
 
 
-def symbol_slots(p: Program, env: Mapping[str, int], tens: Mapping[str, Any]) -> list[int]:
+TENSOR_TABLE_SLOT = 38  # runtime.cuh ET_TENSOR_TABLE
+
+
+def symbol_slots(p: Program, env: Mapping[str, int], tens: Mapping[str, Any],
+                 keep: dict) -> list[int]:
     """The MAX_SLOTS launch-argument slots (runtime.cuh), symbol values and tensor pointers
-    filled in (from SYM_BASE), the runtime's own slots 0."""
+    filled in (from SYM_BASE), the runtime's own slots 0. Where the pointers do not fit
+    (`uses_tensor_table`) they go to a device table instead (slot TENSOR_TABLE_SLOT), kept
+    in `keep` and rebuilt only when a pointer changes."""
+    import torch
     slots = [0] * MAX_SLOTS
     for i, s in enumerate(p.symbols):
         slots[SYM_BASE + i] = int(env[s.name])
-    for i, t in enumerate(p.tensors):
-        slots[SYM_BASE + len(p.symbols) + i] = tens[t.name].data_ptr()
+    ptrs = [tens[t.name].data_ptr() for t in p.tensors]
+    if not uses_tensor_table(p):
+        slots[SYM_BASE + len(p.symbols):SYM_BASE + len(p.symbols) + len(ptrs)] = ptrs
+        return slots
+    if keep.get("tensor_ptrs") != ptrs:
+        keep["tensor_table"] = torch.tensor(ptrs, dtype=torch.int64, device="cuda")
+        keep["tensor_ptrs"] = ptrs
+    slots[TENSOR_TABLE_SLOT] = keep["tensor_table"].data_ptr()
     return slots
 
 
@@ -144,6 +165,7 @@ class _State:
     arrays: dict            # name -> torch tensor on the device (tables and runtime state)
     args: object = None     # torch int64 tensor of launch-argument slots
     key: tuple = ()
+    keep: dict = field(default_factory=dict)  # the tensor table, if any (symbol_slots)
     n_dynamic: int = 0
     dynamic_mask: int = 0   # bit g: grid g runs from the device queue (ET_GRID_DYNAMIC)
     # per CTA its stream bounds (ET_SM_ARGS), then per CTA its first chunk (`_first_chunks`)
@@ -400,7 +422,7 @@ class Megakernel:
                            dtype=torch.int64, device="cuda") if profile else None
         st.arrays["prof"] = prof
         a = st.arrays
-        slots = symbol_slots(self.program, b.env, tens)
+        slots = symbol_slots(self.program, b.env, tens, st.keep)
         for i, name in enumerate([None, "stream_task", "task_rec", None,
                                   "wait_ptr", "wait_elem", "notify_ptr", "notify_elem",
                                   "target", None, "shift", "ready"]):

@@ -43,6 +43,7 @@ class StageKernels:
         self._owned: dict[tuple[int, ...], dict] = {}
         self._launches: list[tuple] = []  # per stage: grid dims, kernel parameters
         self._slots: _Slots | None = None  # the argument slots those parameters point to
+        self._keep: dict = {}  # the tensor table, for programs with one (symbol_slots)
 
     def _function(self):
         if self._func is None:
@@ -61,7 +62,7 @@ class StageKernels:
         owned = self._owned.setdefault(tuple(b.env[s.name] for s in self.program.symbols), {})
         tens = bind_tensors(self.program, b.tensor_shapes, tensors, owned)
         slots = _Slots()
-        slots.v[:] = symbol_slots(self.program, b.env, tens)
+        slots.v[:] = symbol_slots(self.program, b.env, tens, self._keep)
         self._launches = []
         for gi in self.stages:
             grid = self.program.grids[gi]

@@ -161,6 +161,24 @@ __device__ __forceinline__ u64 et_atom_release_add(u64* p, u64 v) {
 #define ET_STREAM_WAIT ((const int2*)(A[41]))
 #define ET_STREAM_NOTIFY ET_I32(42)
 #define ET_SYM(i) (A[48 + (i)])
+// A program with more tensors than the slots after its symbols hold (codegen.py
+// `uses_tensor_table`) passes their ET_NUM_TENSORS pointers in a table, slot 38, which every
+// CTA copies into shared memory at kernel start (et_load_tensor_table).
+#define ET_TENSOR_TABLE ((const long long*)(A[38]))
+#ifdef ET_NUM_TENSORS
+__device__ __forceinline__ long long* et_tensor_table() {
+    __shared__ long long table[ET_NUM_TENSORS];
+    return table;
+}
+#endif
+// All threads, after the slots are in A: the tensor table copied in (if the program has one).
+__device__ __forceinline__ void et_load_tensor_table(const long long* A) {
+#ifdef ET_NUM_TENSORS
+    for (int k = threadIdx.x; k < ET_NUM_TENSORS; k += blockDim.x)
+        et_tensor_table()[k] = ET_TENSOR_TABLE[k];
+    __syncthreads();
+#endif
+}
 
 // One task's record, packed on the host: {grid, wait_lo, wait_hi, notify_lo} and
 // {notify_hi, coord 0, coord 1, coord 2}: two 16-byte loads.
@@ -678,6 +696,7 @@ __device__ __forceinline__ long long et_load_args(long long* A, const long long*
     if (k1 < words) chunk[k1] = b;
     if (i < ET_SLOTS) A[i] = (epoch & 1) ? other : own;
     __syncthreads();
+    et_load_tensor_table(A);
     return epoch;
 }
 
@@ -814,15 +833,16 @@ __device__ void et_run_hybrid(const long long* A) {
 // The stage-per-kernel baseline (the same tile bodies, one launch per task grid, kernel
 // boundaries in place of events): CTA (x, y, z) runs the task of grid `g` at coordinates
 // (x, y, z). The argument slots come by value, so no load precedes the body's own.
-struct EtSlots {
+struct EtLaunchSlots {
     long long v[ET_SLOTS];
 };
 #define ET_STAGE_KERNEL(name)                                                                 \
     extern "C" __global__ void __launch_bounds__(ET_THREADS)                                  \
-        name(const __grid_constant__ EtSlots args, int g) {                                   \
+        name(const __grid_constant__ EtLaunchSlots args, int g) {                             \
         EtTask task;                                                                          \
         task.id = -1;                                                                         \
         task.a = make_int4(g, 0, 0, 0);                                                       \
         task.b = make_int4(0, blockIdx.x, blockIdx.y, blockIdx.z);                            \
+        et_load_tensor_table(args.v);                                                         \
         et_run_task(args.v, task, nullptr);                                                   \
     }

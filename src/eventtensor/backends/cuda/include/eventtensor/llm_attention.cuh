@@ -1,0 +1,668 @@
+// Attention-side bodies of the decode step (eventtensor.ops.llm): decode_plan, qk_norm_rope,
+// kv_append, decode_attention, attn_merge. Included after bodies.cuh and llm_common.cuh.
+//
+// The kernel is compiled with --use_fast_math: sinf / cosf are __sinf / __cosf (accurate only
+// near 0, so angles are reduced first), expf / exp2f / log2f the approximate unit functions
+// (softmax works in base 2: exp2f of scores pre-scaled by log2(e)), divisions approximate.
+#pragma once
+
+#define ET_LOG2E 1.44269502f
+#define ET_LN2 0.693147182f
+
+__device__ __forceinline__ float et_neg_inf() { return __uint_as_float(0xff800000u); }
+
+// The smallest lg with 2^lg >= x (x >= 1).
+__device__ __forceinline__ int et_log2_ceil(int x) {
+    int lg = 0;
+    while ((1 << lg) < x) ++lg;
+    return lg;
+}
+
+// ------------------------------------------------------------------ decode_plan
+
+// decode_plan: row b of plan [B, 3] = (b*chunks*kv_heads, that + kv_heads*n_b, n_b) with
+// n_b = pos_b // chunk + 1 for pos [B]. The host rejects positions outside [0, context) before
+// the launch; here n_b is clamped to [1, chunks] all the same, so that a bad position cannot
+// make a later task (attention tiles, the merge's wait count) reach past the KV cache.
+__device__ __forceinline__ void et_body_decode_plan(const EtITile& pos, const EtITile& plan,
+                                                    int chunk, int chunks, int kv_heads,
+                                                    int /*context: checked by the host*/) {
+    const int B = (int)pos.n[0];
+    for (int b = threadIdx.x; b < B; b += blockDim.x) {
+        const int p = pos.p[et_off(pos, 0, b)];
+        int n = (p < 0 ? 0 : p / chunk) + 1;
+        n = n > chunks ? chunks : n;
+        const int first = b * chunks * kv_heads;
+        int* row = plan.p + et_off(plan, 0, b);
+        row[et_off(plan, 1, 0)] = first;
+        row[et_off(plan, 1, 1)] = first + kv_heads * n;
+        row[et_off(plan, 1, 2)] = n;
+    }
+}
+
+// ------------------------------------------------------------------ qk_norm_rope
+
+// cos and sin of the angle p * f (|p| < 2^24) as the float64 reference takes it: the exact
+// product hi + lo (lo the rounding error of the fp32 product hi), hi reduced by 2*pi with a
+// two-part constant (the first step exact by FMA), then lo added: |error| < 1e-6 for any angle
+// below 2^20, with __sinf / __cosf on the reduced angle.
+__device__ __forceinline__ void et_rope_cos_sin(int p, float f, float& c, float& s) {
+    const float x = (float)p, hi = __fmul_rn(x, f), lo = fmaf(x, f, -hi);
+    const float k = rintf(hi * 0.159154937f);
+    const float r = fmaf(-k, -1.74845553e-07f, fmaf(-k, 6.28318548f, hi)) + lo;
+    c = cosf(r);
+    s = sinf(r);
+}
+
+#define ET_ROPE_PAIRS 8  // (i, i + D/2) pairs per lane and head: D <= 16 * 32
+
+// x1[t], x2[t]: columns c0 + i and c0 + i + half (i = l + lanes * t < half) of row r of the
+// partials tile p [S, n, cols], summed over S; zero where i >= half.
+template <typename T>
+__device__ __forceinline__ void et_rope_load(const EtTileT<T>& p, int r, int c0, int l,
+                                             int lanes, int half, float (&x1)[ET_ROPE_PAIRS],
+                                             float (&x2)[ET_ROPE_PAIRS]) {
+#pragma unroll
+    for (int t = 0; t < ET_ROPE_PAIRS; ++t) x1[t] = x2[t] = 0.f;
+    const int S = (int)p.n[0];
+    for (int s = 0; s < S; ++s) {
+        const long long row = et_off(p, 0, s) + et_off(p, 1, r);
+#pragma unroll
+        for (int t = 0; t < ET_ROPE_PAIRS; ++t) {
+            const int i = l + lanes * t;
+            if (i < half) {
+                x1[t] += et_to_float(p.p[row + et_off(p, 2, c0 + i)]);
+                x2[t] += et_to_float(p.p[row + et_off(p, 2, c0 + i + half)]);
+            }
+        }
+    }
+}
+
+// Row r, columns c0 + i and c0 + i + half of out [n, cols] set to y1[t], y2[t].
+template <typename O>
+__device__ __forceinline__ void et_rope_store(const EtTileT<O>& out, int r, int c0, int l,
+                                              int lanes, int half,
+                                              const float (&y1)[ET_ROPE_PAIRS],
+                                              const float (&y2)[ET_ROPE_PAIRS]) {
+    const long long row = et_off(out, 0, r);
+#pragma unroll
+    for (int t = 0; t < ET_ROPE_PAIRS; ++t) {
+        const int i = l + lanes * t;
+        if (i < half) {
+            out.p[row + et_off(out, 1, c0 + i)] = et_from_float<O>(y1[t]);
+            out.p[row + et_off(out, 1, c0 + i + half)] = et_from_float<O>(y2[t]);
+        }
+    }
+}
+
+// qk_norm_rope: for n rows and the G query heads and one KV head, q [S, n, G*D], k and v
+// [S, n, D] summed over S; each q head and k optionally RMS-normed over D (weights q_norm,
+// k_norm [D]; an absent norm is a tile with p == nullptr), then rotated (rotate-half, angles
+// pos[r] * inv_freq[i], see et_rope_cos_sin); written to q_out [n, G*D], k_out and v_out
+// [n, D]. D even, D <= 512.
+// Mapping: a unit is (row, head j) with j < G a q head, j == G the k head, j == G + 1 v; a group
+// of 2^lg lanes (lg: pairs of the head split 8 or fewer per lane) takes a unit, lane l the
+// pairs (i, i + D/2) for i = l, l + 2^lg, ...; units go round-robin over the groups of the CTA.
+// The sum of squares of a head is a group sum, taken by every lane (uniform shuffles).
+template <typename Q, typename F, typename N, typename O>
+__device__ __forceinline__ void et_body_qk_norm_rope(
+    const EtTileT<Q>& q, const EtTileT<Q>& k, const EtTileT<Q>& v, const EtITile& pos,
+    const EtTileT<F>& inv_freq, const EtTileT<N>& q_norm, const EtTileT<N>& k_norm,
+    const EtTileT<O>& q_out, const EtTileT<O>& k_out, const EtTileT<O>& v_out, int head_dim,
+    float eps) {
+    const int D = head_dim, half = D >> 1, n = (int)q.n[1], G = (int)(q.n[2] / D);
+    const int heads = G + 2, units = n * heads;
+    int lg = et_log2_ceil((half + ET_ROPE_PAIRS - 1) / ET_ROPE_PAIRS);
+    lg = lg > 5 ? 5 : lg;
+    const int lanes = 1 << lg, l = threadIdx.x & (lanes - 1), groups = blockDim.x >> lg;
+    const float inv_d = 1.f / (float)D;
+    for (int u = threadIdx.x >> lg, u0 = (threadIdx.x & ~31u) >> lg; u0 < units;
+         u += groups, u0 += groups) {
+        const bool live = u < units;  // else a group of the warp past the last unit
+        const int r = live ? u / heads : 0, j = live ? u - r * heads : heads;
+        float x1[ET_ROPE_PAIRS], x2[ET_ROPE_PAIRS];
+        if (j < G) et_rope_load(q, r, j * D, l, lanes, half, x1, x2);
+        else if (j == G) et_rope_load(k, r, 0, l, lanes, half, x1, x2);
+        else et_rope_load(v, r, 0, l, lanes, live ? half : 0, x1, x2);
+        float ss = 0.f;
+#pragma unroll
+        for (int t = 0; t < ET_ROPE_PAIRS; ++t) ss += x1[t] * x1[t] + x2[t] * x2[t];
+        ss = et_group_sum(ss, lanes);
+        if (!live) continue;
+        if (j == G + 1) {
+            et_rope_store(v_out, r, 0, l, lanes, half, x1, x2);
+            continue;
+        }
+        const bool normed = j < G ? q_norm.p != nullptr : k_norm.p != nullptr;
+        const float inv = normed ? rsqrtf(ss * inv_d + eps) : 1.f;
+        const int p = pos.p[et_off(pos, 0, r)];
+        float y1[ET_ROPE_PAIRS], y2[ET_ROPE_PAIRS];
+#pragma unroll
+        for (int t = 0; t < ET_ROPE_PAIRS; ++t) {
+            const int i = l + lanes * t;
+            if (i >= half) {
+                y1[t] = y2[t] = 0.f;
+                continue;
+            }
+            float w1 = 1.f, w2 = 1.f;
+            if (normed && j < G) {
+                w1 = et_to_float(q_norm.p[et_off(q_norm, 0, i)]);
+                w2 = et_to_float(q_norm.p[et_off(q_norm, 0, i + half)]);
+            } else if (normed) {
+                w1 = et_to_float(k_norm.p[et_off(k_norm, 0, i)]);
+                w2 = et_to_float(k_norm.p[et_off(k_norm, 0, i + half)]);
+            }
+            const float a = x1[t] * inv * w1, b = x2[t] * inv * w2;
+            float c, s;
+            et_rope_cos_sin(p, et_to_float(inv_freq.p[et_off(inv_freq, 0, i)]), c, s);
+            y1[t] = a * c - b * s;
+            y2[t] = b * c + a * s;
+        }
+        if (j < G) et_rope_store(q_out, r, j * D, l, lanes, half, y1, y2);
+        else et_rope_store(k_out, r, 0, l, lanes, half, y1, y2);
+    }
+}
+
+// ------------------------------------------------------------------ kv_append
+
+// kv_append: the new key and value rows k, v [1, D] copied into the cache rows k_out, v_out
+// [1, 1, 1, D] (converted to the cache's element type).
+template <typename X, typename C>
+__device__ __forceinline__ void et_body_kv_append(const EtTileT<X>& k, const EtTileT<X>& v,
+                                                  const EtTileT<C>& k_out,
+                                                  const EtTileT<C>& v_out) {
+    const int cells = et_count(k_out, k_out.rank);
+    for (int e = threadIdx.x; e < cells; e += blockDim.x) {
+        *et_at(k_out, e, k_out.rank, 0) = et_from_float<C>(et_to_float(*et_at(k, e, k.rank, 0)));
+        *et_at(v_out, e, v_out.rank, 0) = et_from_float<C>(et_to_float(*et_at(v, e, v.rank, 0)));
+    }
+}
+
+// ------------------------------------------------------------------ reductions across lanes
+
+// Sums of v over the 2^lg lanes of each group of lanes that differ only in lane bits b0 ..
+// b0 + lg - 1 (lg + b0 <= 5), spread over the group: each halving step keeps half of the
+// values (the upper half in the lane with the step's bit set) and adds the partner's copy of
+// them. See et_scatter_slots for where the sums end up. All 32 lanes call it.
+template <int N, int H>  // the steps from step s on, H = N >> (s + 1) values kept per lane
+__device__ __forceinline__ void et_scatter_steps(float (&v)[N], int lg, int b0, int s) {
+    if constexpr (H == 0) {
+        for (; s < lg; ++s) v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1 << (b0 + lg - 1 - s));
+    } else {
+        if (s >= lg) return;
+        const int o = 1 << (b0 + lg - 1 - s);
+        const bool up = (threadIdx.x & 31) & o;
+#pragma unroll
+        for (int i = 0; i < H; ++i) {
+            const float send = up ? v[i] : v[i + H], keep = up ? v[i + H] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+        et_scatter_steps<N, H / 2>(v, lg, b0, s + 1);
+    }
+}
+template <int N>
+__device__ __forceinline__ void et_reduce_scatter(float (&v)[N], int lg, int b0) {
+    et_scatter_steps<N, N / 2>(v, lg, b0, 0);
+}
+
+// After et_reduce_scatter<N> (N a power of two) over groups of 2^lg lanes: the lane with
+// in-group index `me` holds the sums of values first .. first + count - 1 in v[0 .. count);
+// with N < 2^lg several lanes hold the same sum, and `owner` marks one of them.
+struct EtSlots {
+    int first, count;
+    bool owner;
+};
+template <int N>
+__device__ __forceinline__ EtSlots et_scatter_slots(int lg, int me) {
+    constexpr int lgn = N >= 64 ? 6 : N >= 32 ? 5 : N >= 16 ? 4 : N >= 8 ? 3 : N >= 4 ? 2
+                      : N >= 2 ? 1 : 0;
+    if (lgn >= lg) return {me << (lgn - lg), 1 << (lgn - lg), true};
+    return {me >> (lg - lgn), 1, (me & ((1 << (lg - lgn)) - 1)) == 0};
+}
+
+// ------------------------------------------------------------------ decode_attention
+
+// The 16-byte word w of a KV row as floats: 4 float or 8 bfloat16 elements.
+template <typename C>
+__device__ __forceinline__ void et_word_floats(const EtWord16& w, float* x) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if constexpr (sizeof(C) == 4) {
+            x[i] = __uint_as_float(w.u[i]);
+        } else {
+            x[2 * i] = __uint_as_float(w.u[i] << 16);
+            x[2 * i + 1] = __uint_as_float(w.u[i] & 0xffff0000u);
+        }
+    }
+}
+
+// n consecutive floats from p (16-byte aligned, n a multiple of 4) into x.
+__device__ __forceinline__ void et_load_floats(const float* p, float* x, int n) {
+    for (int i = 0; i < n; i += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(p + i);
+        x[i] = f.x, x[i + 1] = f.y, x[i + 2] = f.z, x[i + 3] = f.w;
+    }
+}
+
+// p as a float pointer where the tile holds floats, else nullptr.
+__device__ __forceinline__ const float* et_floats(const float* p) { return p; }
+__device__ __forceinline__ const float* et_floats(const et_bf16*) { return nullptr; }
+
+// Whether t is a plain run of 16-byte aligned floats along its last dimension (extent 1 in
+// the others).
+template <typename T>
+__device__ __forceinline__ bool et_float_run(const EtTileT<T>& t) {
+    if (t.rank == 0 || !et_floats(t.p) || !et_plain(t) || t.s[t.rank - 1] != 1 ||
+        reinterpret_cast<unsigned long long>(t.p) % 16)
+        return false;
+    return et_rows(t) == 1;
+}
+
+// Whether the rows of KV tile t [.., T', D] lie along dimension rank - 2 (extent 1 before it)
+// as runs of whole aligned 16-byte words, with int offsets.
+template <typename T>
+__device__ __forceinline__ bool et_kv_rows(const EtTileT<T>& t) {
+    if (t.rank < 2 || !et_plain(t) || !et_rows_of_words(t)) return false;
+    bool ok = true;
+#pragma unroll
+    for (int d = 0; d < 2; ++d)
+        if (d + 2 < t.rank) ok &= t.n[d] == 1;
+    return ok;
+}
+
+// One attention tile on the fast path: keys 0 .. past - 1 from the cache rows, key `past` (if
+// keys > past) the new one.
+template <typename C, typename O>
+struct EtAttn {
+    const float *q, *k_new, *v_new;  // q [G*D]; k_new, v_new [D]
+    const C *k, *v;                  // row j at k + j * rk, v + j * rv
+    O *out, *lse;                    // out[g * og + d * od], lse[g * ls]
+    int rk, rv, og, od, ls, G, D, past, keys;
+};
+
+// decode_attention, fast path: G <= GP heads (GP 2, 4 or 8), 4 <= W = D / V <= 32 words per
+// row (V elements of 16 bytes), keys * GP floats of et_llm_smem, 256 threads.
+// Scores: a group of L = 2^ceil(log2 W) lanes per key row, lane wq holding word wq of q's GP
+// heads (GP * V floats); row group rg (CTA thread >> log2 L) takes keys rg, rg + groups, ...,
+// KB = 32 / V keys at a time (one 16-byte load each, all in flight); the KC * GP partial dot
+// products of KC of them are reduce-scattered over the group and their owners store them,
+// scaled by log2(e)/sqrt(D), to S[key * GP + g] in shared memory. Values: every warp takes
+// the max m[g] of each head over S itself (no softmax pass, no barrier); warp w owns words
+// w * WW .. (WW = 2^ceil(log2 ceil(W / warps))), lane (ks, wl) word w * WW + wl of the keys
+// ks, ks + KS, ... (KS = 32 / WW): p = exp2(score - m) summed into z[g] and into the GP * V
+// outputs of its word, z summed over the KS lanes of the word, the outputs divided by it,
+// reduce-scattered over those lanes and stored. The first KB values of each lane are loaded
+// before the scores, so their latency overlaps the keys'. Two CTA barriers; every thread
+// runs the same iterations and shuffles. Loops that need no unrolling are kept rolled: the
+// body runs once per tile, so its code size is fetch time.
+template <int GP, typename C, typename O>
+__device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
+    constexpr int V = 16 / (int)sizeof(C), KB = 32 / V, KC = 4;  // KB: a 64-key chunk of D = 128
+    const int W = a.D / V, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = blockDim.x >> 5;
+    float* S = et_llm_smem();
+    // the score mapping
+    const int lgl = et_log2_ceil(W), wq = lane & ((1 << lgl) - 1), rg = threadIdx.x >> lgl;
+    const int kstep = (int)blockDim.x >> lgl;
+    const bool kok = wq < W;
+    // the value mapping
+    const int lgw = et_log2_ceil((W + warps - 1) / warps), lgs = 5 - lgw, KS = 1 << lgs;
+    const int ks = lane >> lgw, vw = (warp << lgw) + (lane & ((1 << lgw) - 1));
+    const bool vok = vw < W;
+    EtWord16 kraw[KB], vraw[KB];
+    auto load_k = [&](int j0) {
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+            const int j = j0 + b * kstep;
+            if (kok && j < a.past)
+                kraw[b] = reinterpret_cast<const EtWord16*>(a.k + j * a.rk)[wq];
+        }
+    };
+    auto load_v = [&](int j0) {
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+            const int j = j0 + b * KS;
+            if (vok && j < a.past)
+                vraw[b] = reinterpret_cast<const EtWord16*>(a.v + j * a.rv)[vw];
+        }
+    };
+    load_k(rg);
+    load_v(ks);
+    float qr[GP][V];
+#pragma unroll
+    for (int g = 0; g < GP; ++g) {
+        if (g < a.G && kok) et_load_floats(a.q + g * a.D + wq * V, qr[g], V);
+        else
+#pragma unroll
+            for (int e = 0; e < V; ++e) qr[g][e] = 0.f;
+    }
+    const float scale = ET_LOG2E * rsqrtf((float)a.D);
+    for (int j0 = rg, base = 0; base < a.keys; j0 += KB * kstep, base += KB * kstep) {
+        if (base > 0) load_k(j0);
+#pragma unroll
+        for (int h = 0; h < KB; h += KC) {
+            float acc[KC * GP];
+#pragma unroll
+            for (int b = 0; b < KC; ++b) {
+                const int j = j0 + (h + b) * kstep;
+                float x[V];
+                if (kok && j < a.past) et_word_floats<C>(kraw[h + b], x);
+                else if (kok && j < a.keys) et_load_floats(a.k_new + wq * V, x, V);
+                else
+#pragma unroll
+                    for (int e = 0; e < V; ++e) x[e] = 0.f;
+#pragma unroll
+                for (int g = 0; g < GP; ++g) {
+                    float d = 0.f;
+#pragma unroll
+                    for (int e = 0; e < V; ++e) d += qr[g][e] * x[e];
+                    acc[b * GP + g] = d;
+                }
+            }
+            et_reduce_scatter(acc, lgl, 0);
+            const EtSlots sl = et_scatter_slots<KC * GP>(lgl, wq);
+#pragma unroll
+            for (int i = 0; i < KC * GP / 4; ++i) {  // count <= KC * GP / 4 (L >= 4)
+                if (i == sl.count) break;
+                const int f = sl.first + i, g = f % GP, j = j0 + (h + f / GP) * kstep;
+                if (sl.owner && g < a.G && j < a.keys) S[j * GP + g] = acc[i] * scale;
+            }
+        }
+    }
+    __syncthreads();
+    float m[GP], z[GP], o[GP * V];
+#pragma unroll
+    for (int g = 0; g < GP; ++g) m[g] = et_neg_inf(), z[g] = 0.f;
+#pragma unroll 1
+    for (int j = lane; j < a.keys; j += 32)
+#pragma unroll
+        for (int g = 0; g < GP; ++g)
+            if (g < a.G) m[g] = fmaxf(m[g], S[j * GP + g]);
+#pragma unroll
+    for (int g = 0; g < GP; ++g) m[g] = et_warp_max(m[g]);
+#pragma unroll
+    for (int i = 0; i < GP * V; ++i) o[i] = 0.f;
+    for (int j0 = ks; j0 - ks < a.keys; j0 += KB * KS) {
+        if (j0 > ks) load_v(j0);
+#pragma unroll
+        for (int b = 0; b < KB; ++b) {
+            const int j = j0 + b * KS;
+            if (j >= a.keys) continue;
+            float x[V], p[GP];
+            if (!vok) {
+#pragma unroll
+                for (int e = 0; e < V; ++e) x[e] = 0.f;
+            } else if (j < a.past) {
+                et_word_floats<C>(vraw[b], x);
+            } else {
+                et_load_floats(a.v_new + vw * V, x, V);
+            }
+#pragma unroll
+            for (int g = 0; g < GP; ++g) {
+                p[g] = g < a.G ? exp2f(S[j * GP + g] - m[g]) : 0.f;
+                z[g] += p[g];
+            }
+#pragma unroll
+            for (int g = 0; g < GP; ++g)
+#pragma unroll
+                for (int e = 0; e < V; ++e) o[g * V + e] += p[g] * x[e];
+        }
+    }
+    __syncthreads();  // the last read of S
+    for (int bit = lgw; bit < 5; ++bit)
+#pragma unroll
+        for (int g = 0; g < GP; ++g) z[g] += __shfl_xor_sync(0xffffffffu, z[g], 1 << bit);
+#pragma unroll
+    for (int g = 0; g < GP; ++g) {
+        const float inv = 1.f / z[g];
+#pragma unroll
+        for (int e = 0; e < V; ++e) o[g * V + e] *= inv;
+        if (warp == 0 && lane == g && g < a.G)
+            a.lse[g * a.ls] = et_from_float<O>((m[g] + log2f(z[g])) * ET_LN2);
+    }
+    et_reduce_scatter(o, lgs, lgw);
+    const EtSlots sl = et_scatter_slots<GP * V>(lgs, ks);
+#pragma unroll
+    for (int i = 0; i < GP * V / 8; ++i) {  // count <= GP * V / 8 (KS >= 8)
+        if (i == sl.count) break;
+        const int f = sl.first + i, g = f / V, d = vw * V + f % V;
+        if (sl.owner && vok && g < a.G) a.out[g * a.og + d * a.od] = et_from_float<O>(o[i]);
+    }
+}
+
+// The tiles of an attention task, for the generic path: a copy made where that path is taken
+// (the body's own tiles then stay in registers on the fast path).
+template <typename X, typename C, typename O>
+struct EtAttnTiles {
+    EtTileT<X> q, kn, vn;
+    EtTileT<C> kc, vc;
+    EtTileT<O> out, lse;
+};
+
+// decode_attention, any tiles (index vectors, unaligned rows, any G and D): keys in blocks of
+// what et_llm_smem holds, scores by a thread per (head, key), an online softmax (warp per head:
+// running max M, sum Z, rescale F) and the output accumulated in the out tile, a thread per
+// (head, column).
+template <typename X, typename C, typename O>
+__device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a, int G, int D,
+                                                  int past, int keys) {
+    const EtTileT<X>&q = a.q, &kn = a.kn, &vn = a.vn;
+    const EtTileT<C>&kc = a.kc, &vc = a.vc;
+    const EtTileT<O>&out = a.out, &lse = a.lse;
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int block = (ET_LLM_SMEM_BYTES / 4 - 3 * G) / G;
+    float* S = et_llm_smem();  // S[g * block + key - j0]
+    float* M = S + block * G;
+    float* Z = M + G;
+    float* F = Z + G;
+    const long long q0 = et_row_off(q, 0), kn0 = et_row_off(kn, 0), vn0 = et_row_off(vn, 0);
+    const int lq = q.rank - 1, lk = kc.rank - 1, lv = vc.rank - 1, lo = out.rank - 1;
+    auto key = [&](int j, int d) {
+        return j < past ? et_to_float(kc.p[et_row_off(kc, j) + et_off(kc, lk, d)])
+                        : et_to_float(kn.p[kn0 + et_off(kn, kn.rank - 1, d)]);
+    };
+    auto val = [&](int j, int d) {
+        return j < past ? et_to_float(vc.p[et_row_off(vc, j) + et_off(vc, lv, d)])
+                        : et_to_float(vn.p[vn0 + et_off(vn, vn.rank - 1, d)]);
+    };
+    auto at = [&](int e) { return out.p + et_row_off(out, e / D) + et_off(out, lo, e % D); };
+    for (int e = threadIdx.x; e < G * D; e += blockDim.x) *at(e) = et_from_float<O>(0.f);
+    for (int g = threadIdx.x; g < G; g += blockDim.x) M[g] = et_neg_inf(), Z[g] = 0.f;
+    const float scale = ET_LOG2E * rsqrtf((float)D);
+    for (int j0 = 0; j0 < keys; j0 += block) {
+        const int nb = keys - j0 < block ? keys - j0 : block;
+        __syncthreads();  // the previous block's values are read, M and Z set
+        for (int e = threadIdx.x; e < G * nb; e += blockDim.x) {
+            const int g = e / nb, j = e - g * nb;
+            float dot = 0.f;
+            for (int d = 0; d < D; ++d)
+                dot += et_to_float(q.p[q0 + et_off(q, lq, g * D + d)]) * key(j0 + j, d);
+            S[g * block + j] = dot * scale;
+        }
+        __syncthreads();
+        for (int g = threadIdx.x >> 5; g < G; g += warps) {
+            float m = M[g];
+            for (int j = lane; j < nb; j += 32) m = fmaxf(m, S[g * block + j]);
+            m = et_warp_max(m);
+            float z = 0.f;
+            for (int j = lane; j < nb; j += 32) {
+                const float p = exp2f(S[g * block + j] - m);
+                S[g * block + j] = p;
+                z += p;
+            }
+            z = et_warp_sum(z);
+            if (lane == 0) {
+                const float f = exp2f(M[g] - m);  // 0 for the first block (M = -inf)
+                F[g] = f, Z[g] = Z[g] * f + z, M[g] = m;
+            }
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+            const int g = e / D, d = e - g * D;
+            float acc = et_to_float(*at(e)) * F[g];
+            for (int j = 0; j < nb; ++j) acc += S[g * block + j] * val(j0 + j, d);
+            *at(e) = et_from_float<O>(acc);
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < G * D; e += blockDim.x)
+        *at(e) = et_from_float<O>(et_to_float(*at(e)) / Z[e / D]);
+    for (int g = threadIdx.x; g < G; g += blockDim.x)
+        lse.p[et_row_off(lse, g) + et_off(lse, lse.rank - 1, 0)] =
+            et_from_float<O>((M[g] + log2f(Z[g])) * ET_LN2);
+    __syncthreads();
+}
+
+// decode_attention: tile t = (b*chunks + c)*kv_heads + h of request b, KV chunk c (positions
+// start = chunk*c ..), KV head h: the G query heads q [1, G*D] over the cache rows k_cache,
+// v_cache [1, 1, T', D] below the request's position p = pos[0] (rows at or past p are never
+// read) and, when start <= p < start + chunk, the new key and value k_new, v_new [1, D];
+// out [1, G, 1, D] the normalised softmax(q K^T / sqrt(D)) V, lse [1, G, 1] the natural
+// log-sum-exp of the scaled scores; with nothing visible lse = -inf and out = 0. The fast path
+// (et_attention_fast) takes float q, k_new, v_new runs and cache rows of whole aligned
+// 16-byte words with 4 to 32 words per row and G <= 8 (256 threads); anything else the
+// generic path.
+template <typename X, typename C, typename O>
+__device__ __forceinline__ void et_body_decode_attention(
+    const EtTileT<X>& q, const EtTileT<C>& k_cache, const EtTileT<C>& v_cache,
+    const EtTileT<X>& k_new, const EtTileT<X>& v_new, const EtITile& pos, const EtTileT<O>& out,
+    const EtTileT<O>& lse, int chunk, int chunks, int kv_heads, int t) {
+    const int D = (int)k_cache.n[k_cache.rank - 1], rows = et_rows(k_cache);
+    const int G = (int)(q.n[q.rank - 1] / D), start = chunk * ((t / kv_heads) % chunks);
+    const int p = pos.p[et_off(pos, pos.rank - 1, 0)];
+    const int past = p - start < 0 ? 0 : p - start < rows ? p - start : rows;
+    const int keys = past + (start <= p && p < start + chunk);
+    if (keys == 0) {
+        for (int e = threadIdx.x; e < G * D; e += blockDim.x)
+            out.p[et_row_off(out, e / D) + et_off(out, out.rank - 1, e % D)] =
+                et_from_float<O>(0.f);
+        for (int g = threadIdx.x; g < G; g += blockDim.x)
+            lse.p[et_row_off(lse, g) + et_off(lse, lse.rank - 1, 0)] =
+                et_from_float<O>(et_neg_inf());
+        return;
+    }
+    constexpr int V = 16 / (int)sizeof(C);
+    const int gp = G <= 2 ? 2 : G <= 4 ? 4 : 8;
+    if (blockDim.x == 256 && G >= 1 && G <= 8 && D / V >= 4 && D / V <= 32 &&
+        keys * gp <= ET_LLM_SMEM_BYTES / 4 && et_kv_rows(k_cache) && et_kv_rows(v_cache) &&
+        et_float_run(q) && et_float_run(k_new) && et_float_run(v_new) && out.rank == 4 &&
+        lse.rank == 3 && et_plain(out) && et_plain(lse)) {
+        const int r = k_cache.rank - 2;
+        const EtAttn<C, O> a = {et_floats(q.p), et_floats(k_new.p), et_floats(v_new.p),
+                                k_cache.p, v_cache.p, out.p, lse.p,
+                                (int)k_cache.s[r], (int)v_cache.s[r], (int)out.s[1],
+                                (int)out.s[3], (int)lse.s[1], G, D, past, keys};
+        if (gp == 2) et_attention_fast<2>(a);
+        else if (gp == 4) et_attention_fast<4>(a);
+        else et_attention_fast<8>(a);
+        return;
+    }
+    const EtAttnTiles<X, C, O> all = {q, k_new, v_new, k_cache, v_cache, out, lse};
+    et_attention_generic(all, G, D, past, keys);
+}
+
+// ------------------------------------------------------------------ attn_merge
+
+// attn_merge: per head g of parts [1, G, m, D] and lse [1, G, m], out[g*D + d] (out [1, G*D])
+// = sum_c w_c parts[g, c, d] with w_c = exp(lse_c - max) / sum_c exp(lse_c - max); chunks with
+// lse = -inf weigh nothing (a head with no finite lse gets zeros).
+// Units (head, VW columns: 4 as one float4 where parts' rows are aligned float runs, else 1)
+// times chunk groups: CG groups (as many as fill the CTA) take chunks cg, cg + CG, ..., NB
+// loads in flight, the first NB issued before the weights are known. Warp g: max and 1 / sum
+// of head g to T[g], I[g] and the weights to Wt[g*m + c] where they fit in et_llm_smem (else
+// each use recomputes them). The groups' partial sums are combined through shared memory.
+// Not inlined: one copy per instance (not one per layer) of this large body.
+template <typename X, typename O>
+__device__ __noinline__ void et_body_attn_merge(const EtTileT<X>& parts, const EtTileT<X>& lse,
+                                                const EtTileT<O>& out) {
+    constexpr int NB = 16;
+    const int m = (int)parts.n[parts.rank - 2], D = (int)parts.n[parts.rank - 1];
+    const int G = et_rows(parts) / m, lane = threadIdx.x & 31, nt = blockDim.x;
+    const int ll = lse.rank - 1, lp = parts.rank - 1;
+    float* P = et_llm_smem();  // partial sums: 4 floats per thread
+    float* T = P + 4 * nt;
+    float* I = T + G;
+    float* Wt = I + G;
+    const bool fits = 4 * nt + 2 * G + G * m <= ET_LLM_SMEM_BYTES / 4;
+    const bool vec = et_floats(parts.p) && et_plain(parts) && et_rows_of_words(parts);
+    const int vw = vec ? 4 : 1, cols = D / vw, units = G * cols;
+    const int cg_n = units < nt ? nt / units : 1;
+    float x[NB][4];
+    auto load = [&](int e, int c0) {  // chunks c0, c0 + cg_n, ... of unit e % units
+        const int u = e % units, g = u / cols, d = (u - g * cols) * vw;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            const int c = c0 + b * cg_n;
+            if (c >= m) continue;
+            const long long row = et_row_off(parts, g * m + c);
+            if (vec) {
+                const float4 f = *reinterpret_cast<const float4*>(et_floats(parts.p) + row + d);
+                x[b][0] = f.x, x[b][1] = f.y, x[b][2] = f.z, x[b][3] = f.w;
+            } else {
+                x[b][0] = et_to_float(parts.p[row + et_off(parts, lp, d)]);
+            }
+        }
+    };
+    const int e0 = threadIdx.x;
+    if (e0 < units * cg_n) load(e0, e0 / units);
+    auto lse_at = [&](int g, int c) {
+        return et_to_float(lse.p[et_row_off(lse, g) + et_off(lse, ll, c)]);
+    };
+    for (int g = threadIdx.x >> 5; g < G; g += nt >> 5) {
+        float top = et_neg_inf();
+        for (int c = lane; c < m; c += 32) top = fmaxf(top, lse_at(g, c));
+        top = et_warp_max(top);
+        const bool any = top != et_neg_inf();
+        float z = 0.f;
+        for (int c = lane; c < m; c += 32) {
+            const float w = any ? exp2f((lse_at(g, c) - top) * ET_LOG2E) : 0.f;
+            if (fits) Wt[g * m + c] = w;
+            z += w;
+        }
+        z = et_warp_sum(z);
+        const float inv = z > 0.f ? 1.f / z : 0.f;
+        if (fits)
+            for (int c = lane; c < m; c += 32) Wt[g * m + c] *= inv;
+        if (lane == 0) T[g] = top, I[g] = inv;
+    }
+    __syncthreads();
+    auto weight = [&](int g, int c) {
+        return fits ? Wt[g * m + c]
+                    : I[g] > 0.f ? exp2f((lse_at(g, c) - T[g]) * ET_LOG2E) * I[g] : 0.f;
+    };
+    const long long o0 = et_row_off(out, 0);
+    auto store = [&](int u, const float* acc) {
+        const int g = u / cols, d = (u - g * cols) * vw;
+        for (int i = 0; i < vw; ++i)
+            out.p[o0 + et_off(out, out.rank - 1, g * D + d + i)] = et_from_float<O>(acc[i]);
+    };
+    for (int e = e0; e < units * cg_n; e += nt) {
+        const int u = e % units, cg = e / units, g = u / cols;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int c0 = cg; c0 < m; c0 += NB * cg_n) {
+            if (e != e0 || c0 != cg) load(e, c0);
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                const int c = c0 + b * cg_n;
+                if (c >= m) break;
+                const float w = weight(g, c);
+                for (int i = 0; i < vw; ++i) acc[i] += w * x[b][i];
+            }
+        }
+        if (cg_n == 1) {
+            store(u, acc);
+        } else {
+            for (int i = 0; i < vw; ++i) P[4 * e + i] = acc[i];
+        }
+    }
+    if (cg_n > 1) {
+        __syncthreads();
+        for (int u = threadIdx.x; u < units; u += nt) {
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int cg = 0; cg < cg_n; ++cg)
+                for (int i = 0; i < vw; ++i) acc[i] += P[4 * (cg * units + u) + i];
+            store(u, acc);
+        }
+    }
+    __syncthreads();
+}

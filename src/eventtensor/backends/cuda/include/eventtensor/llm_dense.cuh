@@ -1,0 +1,623 @@
+// Dense bodies of the decode step (task kinds of eventtensor/ops/llm.py): embedding, RMSNorm,
+// split-K linear, residual add, SiLU-multiply and the two argmax steps. Included after
+// bodies.cuh and llm_common.cuh. Each body is called by all threads of the CTA (256, 8 warps;
+// blockDim.x a multiple of 32) after a CTA barrier; tiles of any element type (float or
+// et_bf16) are read as float, math is fp32, results are rounded to the out tile's type.
+// Every body has a fast path for plain tiles (no index vectors, 32-bit offsets) of unit
+// column stride and a per-element path for any other tile.
+#pragma once
+
+// ------------------------------------------------------------------ tile helpers
+
+// 8 bytes: 4 bfloat16 elements.
+struct alignas(8) EtWord8 {
+    unsigned u[2];
+};
+
+// Element e of a 16-byte word of float (e < 4) or bfloat16 (e < 8) elements, widened.
+__device__ __forceinline__ float et_word_at(const EtWord16& w, int e, const float*) {
+    return __uint_as_float(w.u[e]);
+}
+__device__ __forceinline__ float et_word_at(const EtWord16& w, int e, const et_bf16*) {
+    return __uint_as_float(e & 1 ? w.u[e >> 1] & 0xffff0000u : w.u[e >> 1] << 16);
+}
+
+// Four consecutive elements at p (aligned to 4 elements), as float.
+__device__ __forceinline__ float4 et_load4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float4 et_load4(const et_bf16* p) {
+    const EtWord8 w = *reinterpret_cast<const EtWord8*>(p);
+    float4 v;
+    v.x = __uint_as_float(w.u[0] << 16);
+    v.y = __uint_as_float(w.u[0] & 0xffff0000u);
+    v.z = __uint_as_float(w.u[1] << 16);
+    v.w = __uint_as_float(w.u[1] & 0xffff0000u);
+    return v;
+}
+
+// v rounded to four consecutive elements at p (aligned to 4 elements).
+__device__ __forceinline__ void et_store4(float* p, float4 v) {
+    *reinterpret_cast<float4*>(p) = v;
+}
+__device__ __forceinline__ void et_store4(et_bf16* p, float4 v) {
+    EtWord8 w;
+    w.u[0] = et_from_float<et_bf16>(v.x).bits | (unsigned)et_from_float<et_bf16>(v.y).bits << 16;
+    w.u[1] = et_from_float<et_bf16>(v.z).bits | (unsigned)et_from_float<et_bf16>(v.w).bits << 16;
+    *reinterpret_cast<EtWord8*>(p) = w;
+}
+
+__device__ __forceinline__ float4 et_add4(float4 a, float4 b) {
+    a.x += b.x;
+    a.y += b.y;
+    a.z += b.z;
+    a.w += b.w;
+    return a;
+}
+
+// Whether t is plain and read four columns at a time: unit column stride, columns a multiple
+// of 4, every other stride a multiple of 4 and p aligned to 4 elements.
+template <typename T>
+__device__ __forceinline__ bool et_quads(const EtTileT<T>& t) {
+    if (t.rank == 0 || !et_plain(t) ||
+        reinterpret_cast<unsigned long long>(t.p) % (4 * sizeof(T)))
+        return false;
+    bool ok = true;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) {
+        if (d + 1 < t.rank) ok &= t.s[d] % 4 == 0;
+        if (d + 1 == t.rank) ok &= t.s[d] == 1 && t.n[d] % 4 == 0;
+    }
+    return ok;
+}
+
+// Extent and stride of dimension rank - 1 - back of t (1 and 0 past its rank). (The
+// helpers of this header select dimensions in loops unrolled over the 4 a tile may have, never
+// by a run-time index, so that a tile's fields stay in registers; as selects, which the
+// compiler does not turn back into an indexed load.)
+template <typename T>
+__device__ __forceinline__ int et_back_n(const EtTileT<T>& t, int back) {
+    int v = 1;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) v = d + 1 + back == t.rank ? (int)t.n[d] : v;
+    return v;
+}
+template <typename T>
+__device__ __forceinline__ int et_back_s(const EtTileT<T>& t, int back) {
+    int v = 0;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) v = d + 1 + back == t.rank ? (int)t.s[d] : v;
+    return v;
+}
+
+// A tile seen as [leads, rows, cols]: its last dimension the columns, the one before the
+// rows (extent 1 at rank 1), all earlier ones flattened into the leading (split) index.
+template <typename T>
+__device__ __forceinline__ int et_cols(const EtTileT<T>& t) { return et_back_n(t, 0); }
+template <typename T>
+__device__ __forceinline__ int et_nrows(const EtTileT<T>& t) { return et_back_n(t, 1); }
+template <typename T>
+__device__ __forceinline__ int et_leads(const EtTileT<T>& t) {
+    int n = 1;
+#pragma unroll
+    for (int d = 0; d < 2; ++d)
+        if (d + 2 < t.rank) n *= (int)t.n[d];
+    return n;
+}
+
+// Offset of element (lead, r, c) of t seen as [leads, rows, cols].
+template <typename T>
+__device__ __forceinline__ long long et_lrc_off(const EtTileT<T>& t, int lead, int r, int c) {
+    long long off = 0;
+#pragma unroll
+    for (int d = 3; d >= 0; --d)
+        if (d < t.rank) {
+            int i;
+            if (d == t.rank - 1) {
+                i = c;
+            } else if (d == t.rank - 2) {
+                i = r;
+            } else {
+                const int n = (int)t.n[d];
+                i = lead % n;
+                lead /= n;
+            }
+            off += (long long)(t.idx[d] ? t.idx[d][i] : i) * t.s[d];
+        }
+    return off;
+}
+
+// Offset of the element of t at position r of dimension 0 and 0 of every other dimension.
+template <typename T>
+__device__ __forceinline__ long long et_first_off(const EtTileT<T>& t, int r) {
+    long long off = et_off(t, 0, r);
+#pragma unroll
+    for (int d = 1; d < 4; ++d)
+        if (d < t.rank) off += et_off(t, d, 0);
+    return off;
+}
+
+// ------------------------------------------------------------------ rows over the CTA
+
+// Rows of a tile spread over the CTA: each row gets a group of wpr warps (a power of two,
+// the largest with rows * wpr <= warps, so that a few rows still use every warp); group g
+// takes rows g, g + groups, ... in `iters` iterations, the same count on every thread, so
+// that barriers inside an iteration are uniform. `part` numbers the threads of a group.
+struct EtRowGroups {
+    int wpr, threads, groups, group, part, iters;
+};
+
+__device__ __forceinline__ EtRowGroups et_row_groups(int rows) {
+    const int warps = (int)blockDim.x >> 5;
+    EtRowGroups g;
+    g.wpr = 1;
+    while (2 * g.wpr <= warps && rows * 2 * g.wpr <= warps) g.wpr *= 2;
+    g.threads = 32 * g.wpr;
+    g.groups = warps / g.wpr;
+    g.group = (int)threadIdx.x / g.threads;
+    g.part = (int)threadIdx.x % g.threads;
+    g.iters = (rows + g.groups - 1) / g.groups;
+    return g;
+}
+
+// v summed over the threads of the calling thread's row group, for each of them. Writes
+// et_llm_smem()[0 .. warps) and ends with a barrier when wpr > 1 (every thread calls it).
+__device__ __forceinline__ float et_group_total(float v, const EtRowGroups& g) {
+    v = et_warp_sum(v);
+    if (g.wpr == 1) return v;
+    float* sm = et_llm_smem();
+    const int warp = (int)threadIdx.x >> 5, first = warp & ~(g.wpr - 1);
+    if ((threadIdx.x & 31) == 0) sm[warp] = v;
+    __syncthreads();
+    float s = 0.f;
+    for (int i = 0; i < g.wpr; ++i) s += sm[first + i];
+    __syncthreads();
+    return s;
+}
+
+// Whether (a, ia) comes first in argmax order: the larger value, NaN after every number
+// (NaN is smaller than everything), ties (and two NaNs) to the lower index.
+__device__ __forceinline__ bool et_arg_first(float a, int ia, float b, int ib) {
+    const bool na = a != a, nb = b != b;
+    if (na || nb) return nb && (!na || ia < ib);
+    return a > b || (a == b && ia < ib);
+}
+
+// The first in argmax order of the (v, i) of the threads of the calling thread's row group,
+// for each of them (a total order: every thread gets the same pair). Writes et_llm_smem()
+// [0 .. warps) (values) and [32 .. 32 + warps) (indices) and ends with a barrier when wpr > 1
+// (every thread calls it).
+__device__ __forceinline__ void et_group_argmax(float& v, int& i, const EtRowGroups& g) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (et_arg_first(ov, oi, v, i)) v = ov, i = oi;
+    }
+    if (g.wpr == 1) return;
+    float* sv = et_llm_smem();
+    int* si = reinterpret_cast<int*>(sv + 32);
+    const int warp = (int)threadIdx.x >> 5, first = warp & ~(g.wpr - 1);
+    if ((threadIdx.x & 31) == 0) sv[warp] = v, si[warp] = i;
+    __syncthreads();
+    for (int w = first; w < first + g.wpr; ++w)
+        if (et_arg_first(sv[w], si[w], v, i)) v = sv[w], i = si[w];
+    __syncthreads();
+}
+
+// ------------------------------------------------------------------ embedding
+
+// embedding: row [.., E] (the gathered table rows, bf16) copied to out [.., E] (float),
+// converted. Fast path when every row of both is a run of aligned 16-byte words: thread t
+// takes words t, t + blockDim.x, ... (4 loads in flight before it stores), a warp reading
+// 512 contiguous bytes per load.
+template <typename W, typename O>
+__device__ __forceinline__ void et_body_embedding(const EtTileT<W>& row, const EtTileT<O>& out) {
+    const int rows = et_rows(row), cols = et_cols(row);
+    const int bd = (int)blockDim.x, tid = (int)threadIdx.x;
+    if (et_rows_of_words(row) && et_rows_of_words(out) && et_plain(out) &&
+        et_rows(out) == rows && et_cols(out) == cols) {
+        constexpr int V = 16 / sizeof(W);
+        const int words = cols / V, items = rows * words;
+        for (int e0 = 0; e0 < items; e0 += 4 * bd) {
+            EtWord16 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int e = e0 + tid + u * bd, r = e / words;
+                if (e < items)
+                    v[u] = *reinterpret_cast<const EtWord16*>(row.p + et_row_off(row, r) +
+                                                               (e - r * words) * V);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int e = e0 + tid + u * bd, r = e / words;
+                if (e >= items) continue;
+                O* dst = out.p + et_row_off(out, r) + (e - r * words) * V;
+#pragma unroll
+                for (int q = 0; q < V / 4; ++q) {
+                    float4 f;
+                    f.x = et_word_at(v[u], 4 * q, row.p);
+                    f.y = et_word_at(v[u], 4 * q + 1, row.p);
+                    f.z = et_word_at(v[u], 4 * q + 2, row.p);
+                    f.w = et_word_at(v[u], 4 * q + 3, row.p);
+                    et_store4(dst + 4 * q, f);
+                }
+            }
+        }
+        return;
+    }
+    const int orows = et_nrows(out), rrows = et_nrows(row);
+#pragma unroll 1
+    for (int e = tid; e < rows * cols; e += bd) {
+        const int r = e / cols, c = e - r * cols;
+        out.p[et_lrc_off(out, r / orows, r % orows, c)] =
+            et_from_float<O>(et_to_float(row.p[et_lrc_off(row, r / rrows, r % rrows, c)]));
+    }
+}
+
+// ------------------------------------------------------------------ rms_norm
+
+// rms_norm: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w for the rows of x [n, E],
+// w [E], out [n, E]. Rows spread over the CTA (et_row_groups: one row uses all 8 warps, 8 rows
+// and more a warp each); a thread sums the squares of columns part, part + threads, ...
+// (groups of 4 columns with 16-byte loads when x, w and out allow), the group adds them up,
+// then each thread scales its columns, reading x again (an L1 hit).
+template <typename X, typename W, typename O>
+__device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTileT<W>& w,
+                                                 const EtTileT<O>& out, float eps) {
+    const int rows = et_nrows(x), cols = et_cols(x);
+    const EtRowGroups g = et_row_groups(rows);
+    const bool quads = et_quads(x) && et_quads(w) && et_quads(out) && x.rank <= 2 &&
+                       w.rank == 1 && out.rank <= 2;
+    const int xr = x.rank == 2 ? (int)x.s[0] : 0, orr = out.rank == 2 ? (int)out.s[0] : 0;
+    for (int it = 0; it < g.iters; ++it) {
+        const int r = it * g.groups + g.group;
+        const bool live = r < rows;
+        float ss = 0.f;
+        if (live && quads) {
+            const X* xp = x.p + r * xr;
+#pragma unroll 4
+            for (int c = 4 * g.part; c < cols; c += 4 * g.threads) {
+                const float4 v = et_load4(xp + c);
+                ss += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);
+            }
+        } else if (live) {
+            for (int c = g.part; c < cols; c += g.threads) {
+                const float v = et_to_float(x.p[et_lrc_off(x, 0, r, c)]);
+                ss += v * v;
+            }
+        }
+        const float inv = rsqrtf(et_group_total(ss, g) / (float)cols + eps);
+        if (live && quads) {
+            const X* xp = x.p + r * xr;
+            O* op = out.p + r * orr;
+#pragma unroll 4
+            for (int c = 4 * g.part; c < cols; c += 4 * g.threads) {
+                float4 v = et_load4(xp + c);
+                const float4 s = et_load4(w.p + c);
+                v.x *= inv * s.x;
+                v.y *= inv * s.y;
+                v.z *= inv * s.z;
+                v.w *= inv * s.w;
+                et_store4(op + c, v);
+            }
+        } else if (live) {
+            for (int c = g.part; c < cols; c += g.threads)
+                out.p[et_lrc_off(out, 0, r, c)] = et_from_float<O>(
+                    et_to_float(x.p[et_lrc_off(x, 0, r, c)]) * inv *
+                    et_to_float(w.p[et_lrc_off(w, 0, 0, c)]));
+        }
+    }
+}
+
+// ------------------------------------------------------------------ elementwise on partials
+
+// Four columns from p of a tile's rows summed over its leading (split) index: `leads`
+// slices `stride` apart, 8 loads in flight.
+template <typename T>
+__device__ __forceinline__ float4 et_lead_sum4(const T* p, int leads, int stride) {
+    float4 acc = {0.f, 0.f, 0.f, 0.f};
+    for (int s0 = 0; s0 < leads; s0 += 8) {
+        float4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            if (s0 + u < leads) v[u] = et_load4(p + (s0 + u) * stride);
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            if (s0 + u < leads) acc = et_add4(acc, v[u]);
+    }
+    return acc;
+}
+
+// One element of a tile's rows summed over its leading (split) index.
+template <typename T>
+__device__ __forceinline__ float et_lead_sum(const EtTileT<T>& t, int leads, int r, int c) {
+    float acc = 0.f;
+    for (int s = 0; s < leads; ++s) acc += et_to_float(t.p[et_lrc_off(t, s, r, c)]);
+    return acc;
+}
+
+// out[r, c] = f(sum over the leading index of a at (r, c), the same of b) for every cell of
+// out [rows, cols] (a, b: [S, rows, cols] or [rows, cols]). Fast path for tiles of rank <= 3
+// read four columns at a time: thread t takes the groups of 4 columns t, t + blockDim.x, ...
+// (a warp reading 512 contiguous bytes of a float row per load).
+template <typename A, typename B, typename O, typename F>
+__device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTileT<B>& b,
+                                                const EtTileT<O>& out, F f) {
+    const int rows = et_nrows(out), cols = et_cols(out), la = et_leads(a), lb = et_leads(b);
+    if (et_quads(a) && et_quads(b) && et_quads(out) && a.rank <= 3 && b.rank <= 3 &&
+        out.rank <= 2) {
+        const int ar = et_back_s(a, 1), br = et_back_s(b, 1), orr = et_back_s(out, 1);
+        const int as = a.rank == 3 ? (int)a.s[0] : 0, bs = b.rank == 3 ? (int)b.s[0] : 0;
+        const int quads = cols / 4;
+#pragma unroll 1
+        for (int e = (int)threadIdx.x; e < rows * quads; e += (int)blockDim.x) {
+            const int r = e / quads, c = 4 * (e - r * quads);
+            const float4 va = et_lead_sum4(a.p + r * ar + c, la, as);
+            const float4 vb = et_lead_sum4(b.p + r * br + c, lb, bs);
+            float4 v;
+            v.x = f(va.x, vb.x);
+            v.y = f(va.y, vb.y);
+            v.z = f(va.z, vb.z);
+            v.w = f(va.w, vb.w);
+            et_store4(out.p + r * orr + c, v);
+        }
+        return;
+    }
+#pragma unroll 1
+    for (int e = (int)threadIdx.x; e < rows * cols; e += (int)blockDim.x) {
+        const int r = e / cols, c = e - r * cols;
+        out.p[et_lrc_off(out, 0, r, c)] =
+            et_from_float<O>(f(et_lead_sum(a, la, r, c), et_lead_sum(b, lb, r, c)));
+    }
+}
+
+// residual_add: out [n, E] = x [n, E] + the split-K partials parts [S, n, E] summed.
+template <typename X, typename P, typename O>
+__device__ __forceinline__ void et_body_residual_add(const EtTileT<X>& x, const EtTileT<P>& parts,
+                                                     const EtTileT<O>& out) {
+    et_map_partials(x, parts, out, [](float a, float p) { return a + p; });
+}
+
+// silu_mul: out [n, c] = silu(g) * u of the gate and up partials [S, n, c] summed, silu(g) =
+// g / (1 + exp(-g)): exp overflows to inf for g < -88, giving -0, never NaN.
+template <typename G, typename U, typename O>
+__device__ __forceinline__ void et_body_silu_mul(const EtTileT<G>& gate, const EtTileT<U>& up,
+                                                 const EtTileT<O>& out) {
+    et_map_partials(gate, up, out, [](float g, float u) { return g / (1.f + expf(-g)) * u; });
+}
+
+// ------------------------------------------------------------------ argmax
+
+// argmax_partial: for each row r of logits x [n, V'] (V' >= 1), mx[r] its max and arg[r] =
+// tile * tile_index + the column of its first occurrence (et_arg_first's order: NaN counts as
+// smaller than every number, so a row is NaN only if all of it is). mx, arg: [n, 1] or [n].
+// Rows spread over the CTA (et_row_groups), each thread scanning columns part, part +
+// threads, ...
+template <typename X, typename O>
+__device__ __forceinline__ void et_body_argmax_partial(const EtTileT<X>& x, const EtTileT<O>& mx,
+                                                       const EtITile& arg, int tile,
+                                                       int tile_index) {
+    const int rows = et_nrows(x), cols = et_cols(x);
+    const EtRowGroups g = et_row_groups(rows);
+    for (int it = 0; it < g.iters; ++it) {
+        const int r = it * g.groups + g.group;
+        float v = __uint_as_float(0x7fc00000u);  // NaN at the largest index: any column beats it
+        int i = 0x7fffffff;
+        if (r < rows) {
+#pragma unroll 4
+            for (int c = g.part; c < cols; c += g.threads) {
+                const float xc = et_to_float(x.p[et_lrc_off(x, 0, r, c)]);
+                if (et_arg_first(xc, c, v, i)) v = xc, i = c;
+            }
+        }
+        et_group_argmax(v, i, g);
+        if (r < rows && g.part == 0) {
+            mx.p[et_first_off(mx, r)] = et_from_float<O>(v);
+            arg.p[et_first_off(arg, r)] = tile * tile_index + i;
+        }
+    }
+}
+
+// argmax_reduce: out[r] = arg[r, t] of the tile t whose max x[r, t] comes first in
+// et_arg_first's order (the largest, ties to the first tile, so to the lowest vocabulary
+// index) for x, arg [n, tiles] and out [n]. Rows spread over the CTA as in argmax_partial.
+template <typename X>
+__device__ __forceinline__ void et_body_argmax_reduce(const EtTileT<X>& x, const EtITile& arg,
+                                                      const EtITile& out) {
+    const int rows = et_nrows(x), tiles = et_cols(x);
+    const EtRowGroups g = et_row_groups(rows);
+    for (int it = 0; it < g.iters; ++it) {
+        const int r = it * g.groups + g.group;
+        float v = __uint_as_float(0x7fc00000u);
+        int t = 0x7fffffff;
+        if (r < rows) {
+#pragma unroll 4
+            for (int c = g.part; c < tiles; c += g.threads) {
+                const float xc = et_to_float(x.p[et_lrc_off(x, 0, r, c)]);
+                if (et_arg_first(xc, c, v, t)) v = xc, t = c;
+            }
+        }
+        et_group_argmax(v, t, g);
+        if (r < rows && g.part == 0) out.p[et_first_off(out, r)] = arg.p[et_lrc_off(arg, 0, r, t)];
+    }
+}
+
+// ------------------------------------------------------------------ linear_partial
+
+// A linear_partial on plain tiles: out cell (r, j), at out[r * dr + j * dc], is the sum over
+// t < k of x[r * xr + t * xk] * w[j * wr + t] (w's rows contiguous).
+struct EtLinear {
+    int rows, cols, k, xr, xk, wr, dr, dc;
+};
+
+// The streaming path of linear_partial, for rows <= NB of x and weight rows that are runs of
+// aligned 16-byte words (V = 16 / sizeof(W) elements each; k a multiple of V).
+//
+// Mapping: the 256 threads form 32 groups of 8 lanes. A column pass covers 32 * R weight
+// rows: group g owns rows j0 + g + 32 * u (u < R), lane l of the group the words l, l + 8, ...
+// of each. A step takes KW words of each of the R rows (words 8 * (KW * s + m) + l, m < KW):
+// one load instruction of a warp reads 4 rows x 128 contiguous bytes, R * KW 16-byte loads
+// per thread and step, all issued before any is used; with DB the loads of the next step are
+// issued before the current one is computed, so 2 * R * KW loads of each thread are in flight.
+// x is staged in et_llm_smem as float, in chunks of CHUNK words of k: word m of the chunk at
+// xs[m * WS ..], its V * NB floats element-major ([e][r], rows r >= rows zero) plus 4 floats
+// of padding, so that the 8 lanes of a group (8 different words) read 8 distinct 16-byte bank
+// groups and the 4 groups of a warp (the same words) a broadcast: a thread reads each x value
+// once per step (float4 loads) and applies it to its R rows. Each thread loads its share of
+// the next chunk into registers while the current one is used.
+// The lanes of a group sum their accumulators acc[u][r] (shuffles) and lane l stores the
+// cells with (u * NB + r) % 8 == l. Barriers: uniform (steps and chunks depend on k only);
+// the last one after the last read of the staged x. Not inlined: one copy per instance of
+// this large loop, whose call costs little next to its work.
+template <int NB, int R, int KW, bool DB, typename X, typename W, typename O>
+__device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtLinear g) {
+    constexpr int V = 16 / sizeof(W), WS = V * NB + 4, STEP = 8 * KW;
+    constexpr int CHUNK = ET_LLM_SMEM_BYTES / 4 / WS / STEP * STEP, S = CHUNK / STEP;
+    constexpr int XE = CHUNK * V * NB, XT = (XE + 255) / 256;  // floats of a chunk, per thread
+    static_assert(S >= 1, "a staged chunk holds at least one step");
+    const int lane = (int)threadIdx.x & 7, grp = (int)threadIdx.x >> 3;
+    const int words = g.k / V, steps = (words + STEP - 1) / STEP;
+    float* xs = et_llm_smem();
+    float xv[XT];
+    auto load_x = [&](int chunk) {  // this thread's share of chunk `chunk`, zero past k
+#pragma unroll
+        for (int i = 0; i < XT; ++i) {
+            const int f = (int)threadIdx.x + 256 * i, r = f / (CHUNK * V);
+            const int t = chunk * CHUNK * V + f - r * (CHUNK * V);
+            xv[i] = f < XE && r < g.rows && t < g.k ? et_to_float(x[r * g.xr + t * g.xk]) : 0.f;
+        }
+    };
+    auto store_x = [&]() {
+#pragma unroll
+        for (int i = 0; i < XT; ++i) {
+            const int f = (int)threadIdx.x + 256 * i, r = f / (CHUNK * V), kk = f - r * CHUNK * V;
+            if (f < XE) xs[kk / V * WS + kk % V * NB + r] = xv[i];
+        }
+    };
+    for (int j0 = 0; j0 < g.cols; j0 += 32 * R) {
+        const W* wg = w + (j0 + grp) * g.wr + lane * V;  // this thread's first row and word
+        EtWord16 cur[R][KW], nxt[R][KW];
+        auto load_w = [&](EtWord16 (&dst)[R][KW], int s) {  // step s, zero past k and c
+#pragma unroll
+            for (int m = 0; m < KW; ++m)
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    const int word = STEP * s + 8 * m;  // of lane 0
+                    dst[u][m] = j0 + grp + 32 * u < g.cols && word + lane < words
+                                    ? *reinterpret_cast<const EtWord16*>(
+                                          wg + 32 * u * g.wr + word * V)
+                                    : EtWord16{};
+                }
+        };
+        float acc[R][NB] = {};
+        load_x(0);
+        store_x();
+        __syncthreads();
+        if (DB) load_w(cur, 0);
+#pragma unroll 1
+        for (int s = 0; s < steps; ++s) {
+            const int local = s % S;  // the step within its chunk
+            if (local == 0 && s + S < steps) load_x(s / S + 1);
+            if (!DB) load_w(cur, s);
+            else if (s + 1 < steps) load_w(nxt, s + 1);
+#pragma unroll
+            for (int m = 0; m < KW; ++m) {
+                const float* xw = xs + (STEP * local + 8 * m + lane) * WS;
+#pragma unroll
+                for (int q = 0; q < V * NB / 4; ++q) {
+                    const float4 x4 = *reinterpret_cast<const float4*>(xw + 4 * q);
+                    const float xq[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) {
+                        const int e = (4 * q + c) / NB, r = (4 * q + c) % NB;
+#pragma unroll
+                        for (int u = 0; u < R; ++u)
+                            acc[u][r] += xq[c] * et_word_at(cur[u][m], e, w);
+                    }
+                }
+            }
+            if (local == S - 1 && s + 1 < steps) {  // on to the next chunk
+                __syncthreads();
+                store_x();
+                __syncthreads();
+            }
+            if (DB)
+#pragma unroll
+                for (int u = 0; u < R; ++u)
+#pragma unroll
+                    for (int m = 0; m < KW; ++m) cur[u][m] = nxt[u][m];
+        }
+        __syncthreads();  // every read of the staged x done: the next pass or body may write it
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1)
+#pragma unroll
+            for (int u = 0; u < R; ++u)
+#pragma unroll
+                for (int r = 0; r < NB; ++r)
+                    acc[u][r] += __shfl_xor_sync(0xffffffffu, acc[u][r], o);
+#pragma unroll
+        for (int u = 0; u < R; ++u)
+#pragma unroll
+            for (int r = 0; r < NB; ++r) {
+                const int j = j0 + grp + 32 * u;
+                if ((u * NB + r) % 8 == lane && j < g.cols && r < g.rows)
+                    out[r * g.dr + j * g.dc] = et_from_float<O>(acc[u][r]);
+            }
+    }
+}
+
+// The rows of x in blocks of at most 16, each through et_linear_words with NB the block's
+// rows rounded up to a power of two (so n <= 16 streams the weights once; more rows stream
+// them again per block, then mostly from L2). R = 4 rows per thread; 16 loads per thread in
+// flight for NB <= 2 (KW = 4, or KW = 2 double-buffered), 8 for NB = 4, 4 for NB = 8, 16,
+// whose accumulators take the registers. (Measured on an H200, one CTA per SM streaming
+// 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about 3.8 TB/s, n = 2
+// at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of device-to-device
+// copy.) Up to 255 registers, no spills, at one CTA per SM.
+template <typename X, typename W, typename O>
+__device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
+    const int rows = g.rows;
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        EtLinear b = g;
+        b.rows = rows - r0 < 16 ? rows - r0 : 16;
+        const X* xb = x + r0 * g.xr;
+        O* ob = out + r0 * g.dr;
+        if (b.rows == 1) et_linear_words<1, 4, 4, false>(xb, w, ob, b);
+        else if (b.rows == 2) et_linear_words<2, 4, 2, true>(xb, w, ob, b);
+        else if (b.rows <= 4) et_linear_words<4, 4, 2, false>(xb, w, ob, b);
+        else if (b.rows <= 8) et_linear_words<8, 4, 1, false>(xb, w, ob, b);
+        else et_linear_words<16, 4, 1, false>(xb, w, ob, b);
+    }
+}
+
+// linear_partial: out[.., r, j] = sum_t x[r, t] * w[j, t] for x [n, k], w [c, k] (HF layout,
+// [out, in]) and out [n, c] or [1, n, c]. Plain tiles: et_linear_blocks when w's rows are
+// runs of aligned 16-byte words, else et_dot2 (a lane group per cell); any other tile: one
+// thread per cell.
+template <typename X, typename W, typename O>
+__device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, const EtTileT<W>& w,
+                                                       const EtTileT<O>& out) {
+    const int rows = (int)x.n[0], cols = (int)w.n[0], k = (int)x.n[1];
+    if (x.rank == 2 && w.rank == 2 && out.rank >= 2 && et_plain(x) && et_plain(w) &&
+        et_plain(out)) {
+        const EtLinear g = {rows, cols, k, (int)x.s[0], (int)x.s[1], (int)w.s[0],
+                            et_back_s(out, 1), et_back_s(out, 0)};
+        constexpr int V = 16 / sizeof(W);
+        if (w.s[1] == 1 && k % V == 0 && g.wr % V == 0 &&
+            reinterpret_cast<unsigned long long>(w.p) % 16 == 0)
+            return et_linear_blocks(x.p, w.p, out.p, g);
+        const EtDot2 d = {rows, cols, k, g.xr, 0, g.xk, 0, g.wr, (int)w.s[1], g.dr, g.dc};
+        return et_dot2<1>(x.p, w.p, out.p, d);
+    }
+#pragma unroll 1
+    for (int e = (int)threadIdx.x; e < rows * cols; e += (int)blockDim.x) {
+        const int r = e / cols, j = e - r * cols;
+        float acc = 0.f;
+#pragma unroll 1
+        for (int t = 0; t < k; ++t)
+            acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, t)]) *
+                   et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, t)]);
+        out.p[et_lrc_off(out, 0, r, j)] = et_from_float<O>(acc);
+    }
+}

@@ -1,0 +1,184 @@
+"""The decode step on the GPU: the decode program (`decode.py`) as one megakernel launch per
+step, for every batch size from one compiled kernel.
+
+`GpuDecodeSession` holds the weights (bfloat16) and the KV caches on the device and runs
+steps; it has the request bookkeeping of the interpreter's `DecodeSession`, so
+`decode.greedy_generate` drives either. Each layer's cache is one buffer passed as both the
+cache input and the cache output of the program: the step appends the new rows in place
+(the attention tasks never read the row being appended, see `decode.py`).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .config import ModelConfig
+from .decode import (
+    DecodeTiles,
+    RequestSlots,
+    StepResult,
+    build_decode_program,
+    cache_name,
+    tensor_name,
+)
+from .reference import rope_inv_freq
+from .weights import check_weights
+
+
+def gpu_tiles(config: ModelConfig, max_batch: int) -> DecodeTiles:
+    """Tiles for the H200: one row tile for the whole batch (each weight tile is read once
+    per step), split-K 16 over the hidden size so that the q, k and v projections have
+    16 * K tasks each, 256-column FFN tiles, 128-column output and vocabulary tiles and KV
+    chunks of 128 positions."""
+    k_split = 16 if config.hidden_size % 16 == 0 else 1
+    ffn = 256 if config.intermediate_size % 256 == 0 else 128
+    return DecodeTiles(rows=min(max_batch, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
+                       vocab_tile=128, kv_chunk=128)
+
+
+def _say(progress: bool, message: str) -> None:
+    if progress:
+        print(f"[eventtensor] {message}", file=sys.stderr, flush=True)
+
+
+class GpuDecodeSession(RequestSlots):
+    """Decode state on the GPU for one program: weights, per-layer KV caches
+    [max_batch, K, C, D] in `cache_dtype`, and the requests (`RequestSlots`). `step` runs one
+    launch of the megakernel (scheduling `mode`) for any batch size up to `max_batch`.
+    `weights`: HF name -> array or tensor of the config's shapes (values rounded to bf16).
+    `kernel`: options of `Megakernel` (num_sms, watchdog_s, ...). `compile_s` and `load_s`
+    record the warm-up."""
+
+    def __init__(self, config: ModelConfig, weights: Mapping[str, Any], max_batch: int,
+                 max_context: int, tiles: DecodeTiles | None = None, *, mode: str = "static",
+                 cache_dtype: str = "bfloat16", progress: bool = True, **kernel):
+        import torch
+
+        from ..backends.cuda.runtime import Megakernel
+        if not torch.cuda.is_available():
+            raise RuntimeError("the GPU decode session needs a CUDA GPU, and torch sees none "
+                               "(generate with device='cpu' runs the interpreter)")
+        check_weights(config, {n: np.broadcast_to(np.float32(0), tuple(w.shape))
+                               for n, w in weights.items()})  # names and shapes
+        super().__init__(config.vocab_size, max_batch, max_context)
+        self.config, self.mode, self.torch = config, mode, torch
+        self.tiles = tiles or gpu_tiles(config, max_batch)
+        self.program = build_decode_program(config, max_batch, max_context, self.tiles,
+                                            weight_dtype="bfloat16", cache_dtype=cache_dtype)
+        start = time.perf_counter()
+        _say(progress, f"compiling the {mode} decode megakernel ({config.architecture}, "
+                       f"{config.num_layers} layers, {len(self.program.grids)} task grids, "
+                       f"B <= {max_batch})")
+        self.kernel = Megakernel(self.program, mode, **kernel)
+        self.compile_s = time.perf_counter() - start
+        _say(progress, f"compiled in {self.compile_s:.1f} s "
+                       f"({'cache hit' if self.kernel.compiled.cached else 'NVRTC'})")
+        start = time.perf_counter()
+        self.tensors = self._device_tensors(weights, cache_dtype, progress)
+        self.load_s = time.perf_counter() - start
+
+    def _device_tensors(self, weights: Mapping[str, Any], cache_dtype: str,
+                        progress: bool) -> dict[str, Any]:
+        torch, cfg = self.torch, self.config
+        shapes = cfg.param_shapes()
+        out: dict[str, Any] = {}
+        for k, name in enumerate(shapes):
+            w = weights[name]
+            w = w if isinstance(w, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(w))
+            out[tensor_name(name)] = w.to(device="cuda", dtype=torch.bfloat16).contiguous()
+            if progress and (k + 1) % 50 == 0 or k + 1 == len(shapes):
+                _say(progress, f"weights on the GPU: {k + 1}/{len(shapes)} tensors")
+        out["rope_inv_freq"] = torch.tensor(rope_inv_freq(cfg), dtype=torch.float32,
+                                            device="cuda")
+        dtype = torch.bfloat16 if cache_dtype == "bfloat16" else torch.float32
+        shape = (self.max_batch, cfg.num_kv_heads, self.max_context, cfg.head_dim)
+        for layer in range(cfg.num_layers):
+            for kv in "kv":
+                cache = torch.zeros(shape, dtype=dtype, device="cuda")
+                out[cache_name(kv, layer)] = out[cache_name(kv, layer, out=True)] = cache
+        for name in ("tokens", "positions", "slots"):
+            out[name] = torch.zeros(self.max_batch, dtype=torch.int32, device="cuda")
+        return out
+
+    def feed(self, batch: int) -> dict[str, Any]:
+        """The launch's tensors for `batch` requests: the per-request inputs are the first
+        `batch` entries of fixed buffers (their pointers, so the launch arguments, do not
+        change from step to step)."""
+        per_request = ("tokens", "positions", "slots")
+        return {n: t[:batch] if n in per_request else t for n, t in self.tensors.items()}
+
+    def launch(self, batch: int, stream=None):
+        """Launch one step for the `batch` requests whose tokens, positions and slots are in
+        the first entries of the per-request buffers; returns the launch state (for
+        `kernel.relaunch`, `kernel.sync`)."""
+        return self.kernel.launch({"B": batch}, self.feed(batch), stream=stream)
+
+    def step(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray,
+             mode: str | None = None) -> StepResult:
+        """Run one new token per request (see `admit`), append each request's k and v at
+        its position and advance it. The logits are the launch's CUDA tensor, overwritten
+        by the next step of the same batch size."""
+        if mode not in (None, self.mode):
+            raise ValueError(f"this session's megakernel is compiled for mode '{self.mode}'")
+        toks, slots, pos = self.admit(request_ids, tokens)
+        torch, B = self.torch, len(toks)
+        for name, values in (("tokens", toks), ("positions", pos), ("slots", slots)):
+            self.tensors[name][:B].copy_(torch.from_numpy(values), non_blocking=False)
+        st = self.launch(B)
+        self.kernel.sync(st)
+        self.advance(request_ids)
+        result = st.arrays["tensors"]
+        return StepResult(result["next_tokens"].cpu().numpy().astype(np.int64),
+                          result["logits"], None)
+
+
+BENCH_MODES = ("static", "dynamic", "unfused")
+_bench_sessions: dict[tuple, GpuDecodeSession] = {}
+
+
+def bench_paths(config: ModelConfig, weights: Mapping[str, Any], batch: int, context: int,
+                modes: Sequence[str] = BENCH_MODES, max_batch: int = 64,
+                max_context: int = 1024) -> dict[str, Any]:
+    """Our decode step for `benchmarks/decode_bench.py`: per scheduling mode, a callable
+    launching one step (no host sync) of `batch` requests, each at position context - 1 of
+    its own cache slot, so that attention reads `context` positions of caches filled with
+    random values. One session (compiled kernel) per mode serves every batch and context
+    up to its maximum; each callable's `compile_s` is its session's compile time (once for
+    all batch sizes) and `warmup_s` the first launch for this batch size (building its
+    tables). A mode that fails is returned as its exception."""
+    import torch
+    paths: dict[str, Any] = {}
+    for mode in modes:
+        key = (config, mode, max_batch, max(max_context, context))
+        try:
+            session = _bench_sessions.get(key)
+            if session is None:
+                session = GpuDecodeSession(config, weights, max_batch, int(key[3]), mode=mode)
+                gen = torch.Generator(device="cuda").manual_seed(0)
+                for name, t in session.tensors.items():
+                    if name.endswith("_cache"):
+                        t.copy_(torch.randn(t.shape, generator=gen, device="cuda"))
+                _bench_sessions[key] = session
+            gen = torch.Generator().manual_seed(batch)
+            tens = session.tensors
+            tens["tokens"][:batch].copy_(torch.randint(0, config.vocab_size, (batch,),
+                                                       generator=gen))
+            tens["positions"][:batch].fill_(context - 1)
+            tens["slots"][:batch].copy_(torch.arange(batch))
+            start = time.perf_counter()
+            st = session.launch(batch)
+            session.kernel.sync(st)
+            kernel = session.kernel
+
+            def step(st=st, kernel=kernel) -> None:
+                kernel.relaunch(st)
+            step.warmup_s = time.perf_counter() - start  # type: ignore[attr-defined]
+            step.compile_s = session.compile_s  # type: ignore[attr-defined]
+            paths[f"eventtensor {mode}"] = step
+        except Exception as exc:  # recorded by the benchmark as this path's failure
+            paths[f"eventtensor {mode}"] = exc
+    return paths

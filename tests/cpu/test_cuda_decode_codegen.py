@@ -1,0 +1,96 @@
+"""The decode program's megakernel: generated code shared by the layers (one case per distinct
+grid, tensors from a constant table by grid), tensor pointers beyond the launch slots in
+their own table, and the kernels compiling with NVRTC for sm_90a (no GPU needed)."""
+import re
+
+import pytest
+
+from eventtensor import ProgramBuilder
+from eventtensor.backends.cuda.codegen import (
+    MAX_SLOTS,
+    SYM_BASE,
+    generate,
+    kernel_name,
+    uses_tensor_table,
+)
+from eventtensor.backends.cuda.compiler import compile_source
+from eventtensor.models import get_config
+from eventtensor.models.decode import build_decode_program
+from eventtensor.models.gpu_decode import gpu_tiles
+from eventtensor.schedule import prepare
+
+nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings not installed")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVENTTENSOR_CACHE", str(tmp_path / "cache"))
+
+
+def decode_program(name, mode="static", layers=None, max_batch=64):
+    cfg = get_config(name)
+    if layers is not None:
+        cfg = cfg.replace(num_layers=layers)
+    p = build_decode_program(cfg, max_batch, 256, gpu_tiles(cfg, max_batch),
+                             weight_dtype="bfloat16", cache_dtype="bfloat16")
+    return cfg, prepare(p, mode)
+
+
+def test_layers_share_their_cases_and_take_their_tensors_by_grid():
+    """Every grid of a layer shares its dispatch case with the same grid of the other layers:
+    the cases do not grow with the layers, and the constant table row of each grid lists,
+    in the case's order, exactly the tensors that grid touches."""
+    _, p2 = decode_program("tiny-qwen3", layers=2)
+    _, p4 = decode_program("tiny-qwen3", layers=4)
+    cases = [src.split("__device__ void et_run_task(")[1].split("\n}\n")[0].count("{  // task")
+             for src in (generate(p2, "static"), generate(p4, "static"))]
+    assert cases[0] == cases[1]
+    src = generate(p4, "static")
+    table = src.split("__constant__ short et_run_task_tensors[")[1].split("};")[0]
+    rows = re.findall(r"\{([0-9, ]*)\},  // (\w+)", table)
+    assert [name for _, name in rows] == [g.name for g in p4.grids]
+    for ids, name in rows:
+        grid = p4.grid(name)
+        if re.search(rf"^    case {p4.grids.index(grid)}: {{", src, re.M):  # its own case
+            assert not ids.strip()
+            continue
+        touched = {r.tensor for r in grid.reads + grid.writes} | \
+            {t for r in grid.reads + grid.writes for t in r.map.tensors_read}
+        got = [p4.tensors[int(i)].name for i in ids.split(",")]
+        assert sorted(got) == sorted(touched), name
+    assert "ET_TENSOR(et_run_task_tensors[task.a.x][" in src
+
+
+def test_tensor_pointers_beyond_the_slots_travel_in_a_table():
+    """A program with more tensors than the launch slots after its symbols hold gets
+    ET_NUM_TENSORS and reads its pointers from the shared copy of the tensor table; a small
+    one keeps them in the slots."""
+    pb = ProgramBuilder("many")
+    n = MAX_SLOTS - SYM_BASE  # one tensor too many once the symbol takes a slot
+    B = pb.symbol("B", 1, 4)
+    for i in range(n):
+        pb.input(f"x{i}", (B, 4))
+    pb.output("y", (B, 1))
+    pb.grid("sum", "row_sum", "i", (1,), reads={f"x{n - 1}": ":, :"}, writes={"y": ":, :"})
+    p = prepare(pb.build(), "static")
+    assert uses_tensor_table(p)
+    src = generate(p, "static")
+    assert f"#define ET_NUM_TENSORS {n + 1}" in src
+    assert "#define ET_TENSOR(i) (et_tensor_table()[i])" in src
+    compile_source(src, kernel_name(p, "static"))
+    _, small = decode_program("tiny-llama", layers=1)
+    assert not uses_tensor_table(small)
+    assert "ET_NUM_TENSORS" not in generate(small, "static")
+
+
+@pytest.mark.parametrize("name, mode", [("tiny-llama", "static"), ("tiny-qwen3", "static"),
+                                        ("tiny-qwen3", "dynamic"), ("tiny-llama", "unfused")])
+def test_decode_kernels_compile_for_sm90a(name, mode):
+    """The decode step's kernel (every decode task kind, bf16 weights and caches) compiles;
+    Qwen3's q/k norms are tiles, Llama's absent ones empty tiles."""
+    cfg, p = decode_program(name, mode)
+    src = generate(p, mode)
+    assert ("// no q_norm" in src) == (not cfg.qk_norm)
+    assert "et_body_decode_attention(" in src and "et_body_linear_partial(" in src
+    c = compile_source(src, kernel_name(p, mode))
+    assert c.cubin[:4] == b"\x7fELF"

@@ -1,0 +1,425 @@
+"""The dense decode bodies of llm_dense.cuh (embedding, rms_norm, linear_partial,
+residual_add, silu_mul, argmax_partial, argmax_reduce) against the kinds' numpy references
+in eventtensor.ops.llm, compiled for the host (cuda_host.py: a host thread per CUDA thread,
+so a skipped barrier or shuffle hangs the run), and the header compiled for sm_90a by nvcc.
+
+All cases run in one host program: their tensors lie in one binary file (each 64-byte
+aligned, bf16 as raw bits), which the program reads, runs every case's body on and writes
+back. Cases take each fast path (16-byte words, groups of 4 columns, every row-block size of
+the streaming linear path, chunked x staging, several column passes) and the generic paths
+(unaligned starts, odd extents, index vectors, rank-3 outputs); out elements outside a tile
+must keep their sentinel."""
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cuda_host import needs_cxx, run_host
+
+from eventtensor.backends.cuda.compiler import INCLUDE
+from eventtensor.dtypes import round_to_dtype
+from eventtensor.ops.registry import KINDS, TaskContext
+
+F, B, INT = "float32", "bfloat16", "int32"
+SENTINEL = 1000.0
+HEADERS = ("llm_common.cuh", "llm_dense.cuh")
+
+# host stand-ins of the device intrinsics the header uses beyond cuda_host.SHIM
+PRELUDE = r"""
+inline int __shfl_xor_sync(unsigned mask, int v, int o) {
+    float f;
+    std::memcpy(&f, &v, 4);
+    f = __shfl_xor_sync(mask, f, o);
+    std::memcpy(&v, &f, 4);
+    return v;
+}
+inline float rsqrtf(float v) { return 1.f / std::sqrt(v); }
+"""
+
+
+@dataclass
+class Tile:
+    """Region from `lo` of extents `n` of a tensor of `shape`; a dimension in `idx` selects
+    the positions idx[d] instead (lo[d] must then be 0)."""
+    shape: tuple
+    lo: tuple
+    n: tuple
+    dtype: str = F
+    idx: dict = field(default_factory=dict)
+
+    def positions(self):
+        return [np.asarray(self.idx[d]) if d in self.idx else np.arange(lo, lo + n)
+                for d, (lo, n) in enumerate(zip(self.lo, self.n))]
+
+    def region(self, a):
+        return a[np.ix_(*self.positions())]
+
+
+def normal(rng, shape):
+    return rng.standard_normal(shape)
+
+
+@dataclass
+class Case:
+    """One body call: input tiles by role, then output tiles by role (the call's order),
+    then `args`; `params` and `coords` complete the reference's TaskContext; `data` makes
+    an input's tensor (default: standard normal)."""
+    kind: str
+    ins: dict
+    outs: dict
+    args: tuple = ()
+    params: dict = field(default_factory=dict)
+    coords: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)
+
+
+def linear(n, k, c, wdt=B, x_lo=(0, 0), w_shape=None, w_lo=(0, 0), out=None, **kw):
+    """linear_partial of x rows [n, k] (from x_lo of a [n + x_lo[0], k + x_lo[1] + 3] tensor)
+    and w [c, k] (from w_lo of w_shape); out [n, c], or the Tile given."""
+    x = Tile((n + x_lo[0], k + x_lo[1] + 3), x_lo, (n, k), **kw)
+    w = Tile(w_shape or (c + w_lo[0], k + w_lo[1]), w_lo, (c, k), wdt)
+    return Case("linear_partial", {"x": x, "w": w}, {"out": out or Tile((n, c), (0, 0), (n, c))})
+
+
+def rows_case(kind, roles, n, cols, splits=(1, 1), lo=(0, 0), dtypes=(F, F), **data):
+    """An elementwise kind on [n, cols] rows from `lo`: input roles with split counts (None:
+    no split axis), the out tile [n, cols] of a tensor one row and 4 columns wider."""
+    ins = {}
+    for role, s, dt in zip(roles, splits, dtypes):
+        shape, start, ext = (n + lo[0] + 1, cols + lo[1] + 4), lo, (n, cols)
+        if s is not None:
+            shape, start, ext = (s, *shape), (0, *start), (s, *ext)
+        ins[role] = Tile(shape, start, ext, dt)
+    out = Tile((n + lo[0] + 1, cols + lo[1] + 4), lo, (n, cols))
+    return Case(kind, ins, {"out": out}, data=data)
+
+
+def rms(n, E, lo=(0, 0), wdt=B, out_dt=F):
+    x = Tile((n + lo[0] + 2, E + lo[1] + 4), lo, (n, E))
+    out = Tile((n + 2, E + 8), (1, 4), (n, E), out_dt)
+    return Case("rms_norm", {"x": x, "w": Tile((E,), (0,), (E,), wdt)}, {"out": out},
+                args=("1e-5f",), params={"eps": 1e-5})
+
+
+def ties(rng, shape):  # small integers: many ties, negatives
+    return rng.integers(-6, 3, shape).astype(np.float64)
+
+
+def with_nan(rng, shape):  # row 0 all NaN, row 1 NaN and -inf around a max, the rest ties
+    a = ties(rng, shape)
+    a[0] = np.nan
+    if len(a) > 1:
+        a[1] = -np.inf
+        a[1, ::3] = np.nan
+        a[1, -2] = -5.0
+    return a
+
+
+def argmax_partial(n, V, tile, index, B_rows=None, r0=0, data=ties):
+    """argmax_partial of logit rows [n, V'] of tile `index` (width `tile`) of [rows, V]."""
+    rows = B_rows or n + r0
+    width = min(tile, V - tile * index)
+    tiles = -(-V // tile)
+    return Case("argmax_partial",
+                {"x": Tile((rows, V), (r0, tile * index), (n, width))},
+                {"max": Tile((rows, tiles), (r0, index), (n, 1)),
+                 "arg": Tile((rows, tiles), (r0, index), (n, 1), INT)},
+                args=(str(tile), str(index)), params={"tile": tile, "axis": "n"},
+                coords={"n": index}, data={"x": data})
+
+
+def argmax_reduce(n, tiles, r0=0):
+    return Case("argmax_reduce",
+                {"x": Tile((n + r0, tiles), (r0, 0), (n, tiles)),
+                 "arg": Tile((n + r0, tiles), (r0, 0), (n, tiles), INT)},
+                {"out": Tile((n + r0 + 1,), (r0,), (n,), INT)},
+                data={"x": ties, "arg": lambda rng, s: rng.integers(0, 150000, s)})
+
+
+def silu_big(rng, shape):  # magnitudes up to 1000: exp(-g) overflows for g < -88
+    return rng.standard_normal(shape) * np.array([1.0, 30.0, 300.0, 1000.0])[
+        rng.integers(0, 4, shape)]
+
+
+CASES = [
+    # embedding: gathered rows (16-byte words), float tables, bf16 out, unaligned (per element)
+    Case("embedding", {"row": Tile((50, 64), (0, 0), (1, 64), B, idx={0: [7]})},
+         {"out": Tile((4, 64), (2, 0), (1, 64))}),
+    Case("embedding", {"row": Tile((9, 4096), (0, 0), (3, 4096), B, idx={0: [8, 0, 8]})},
+         {"out": Tile((3, 4096), (0, 0), (3, 4096))}),
+    Case("embedding", {"row": Tile((5, 72), (3, 0), (1, 72), B)},
+         {"out": Tile((2, 80), (1, 8), (1, 72))}),
+    Case("embedding", {"row": Tile((6, 40), (0, 0), (1, 40), idx={0: [5]})},
+         {"out": Tile((1, 40), (0, 0), (1, 40))}),
+    Case("embedding", {"row": Tile((6, 48), (1, 0), (1, 48), B)},
+         {"out": Tile((1, 48), (0, 0), (1, 48), B)}),
+    Case("embedding", {"row": Tile((10, 40), (2, 3), (1, 30), B)},
+         {"out": Tile((1, 33), (0, 1), (1, 30))}),
+    # rms_norm: one row over the whole CTA, a few rows, a warp per row, unaligned, odd E
+    rms(1, 4096), rms(2, 256), rms(3, 256), rms(16, 256), rms(17, 128), rms(64, 64),
+    rms(1, 512, wdt=F), rms(5, 256, out_dt=B),
+    rms(3, 66, lo=(1, 1)), rms(2, 66), rms(4, 100, lo=(0, 2)),
+    # linear_partial, streaming path: each row block (1, 2, 4, 8, 16), two x chunks, clipped
+    # tiles, several column passes, 17 and 64 rows, split-K chunks of x and w, float weights
+    linear(1, 4096, 128), linear(2, 512, 96), linear(3, 512, 128), linear(4, 256, 300),
+    linear(7, 1024, 64), linear(8, 8192, 32), linear(13, 256, 128), linear(16, 1024, 256),
+    linear(17, 128, 128), linear(64, 64, 200), linear(2, 72, 40), linear(1, 8, 5),
+    linear(5, 256, 72, x_lo=(2, 256), w_shape=(200, 1024), w_lo=(128, 512)),
+    linear(4, 256, 64, F), linear(16, 320, 40, F), linear(1, 2000, 33, F),
+    linear(3, 64, 256, out=Tile((2, 3, 300), (1, 0, 44), (1, 3, 256))),
+    # linear_partial, lane groups (et_dot2): k not a multiple of 8, unaligned weight rows
+    linear(5, 100, 48), linear(3, 64, 20, w_lo=(0, 4)), linear(2, 37, 16, F),
+    linear(17, 30, 24, w_shape=(24, 31)),
+    # linear_partial, per cell: an index vector on x's rows
+    Case("linear_partial",
+         {"x": Tile((6, 40), (0, 0), (3, 40), idx={0: [4, 1, 4]}),
+          "w": Tile((10, 40), (0, 0), (10, 40), B)},
+         {"out": Tile((1, 3, 10), (0, 0, 0), (1, 3, 10))}),
+    # residual_add: S = 1, 4, 12 partials; no split axis; bf16 x; unaligned; 64 rows
+    rows_case("residual_add", ("x", "parts"), 1, 4096, (None, 1)),
+    rows_case("residual_add", ("x", "parts"), 3, 256, (None, 4)),
+    rows_case("residual_add", ("x", "parts"), 16, 128, (None, 12)),
+    rows_case("residual_add", ("x", "parts"), 17, 64, (None, None), dtypes=(B, F)),
+    rows_case("residual_add", ("x", "parts"), 64, 32, (None, 2)),
+    rows_case("residual_add", ("x", "parts"), 3, 66, (None, 4), lo=(1, 1)),
+    # silu_mul: S = 1, 4, large |gate| (no NaN), unaligned, bf16 partials
+    rows_case("silu_mul", ("gate", "up"), 1, 256, gate=silu_big),
+    rows_case("silu_mul", ("gate", "up"), 16, 128, (4, 4), gate=silu_big),
+    rows_case("silu_mul", ("gate", "up"), 17, 64, (1, 1), dtypes=(B, B), gate=silu_big),
+    rows_case("silu_mul", ("gate", "up"), 3, 30, (4, 4), lo=(2, 3), gate=silu_big),
+    # argmax_partial: ties, negatives, clipped last tile, one row over the CTA, NaN rows
+    argmax_partial(1, 3000, 1024, 2), argmax_partial(1, 1500, 1500, 0),
+    argmax_partial(3, 1000, 256, 3), argmax_partial(16, 512, 256, 1, r0=16),
+    argmax_partial(17, 300, 256, 0), argmax_partial(64, 100, 64, 1),
+    argmax_partial(5, 700, 256, 2, data=normal),
+    argmax_partial(3, 256, 256, 0, data=with_nan), argmax_partial(2, 40, 40, 0, data=with_nan),
+    # argmax_reduce: ties across tiles, one row over the CTA, many rows
+    argmax_reduce(1, 2000), argmax_reduce(3, 600, r0=2), argmax_reduce(16, 70),
+    argmax_reduce(17, 9), argmax_reduce(64, 3),
+]
+
+
+def ctype(dtype):
+    return {F: "float", B: "et_bf16", INT: "int"}[dtype]
+
+
+def encode(dtype, a):
+    if dtype == B:
+        return (np.asarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    return np.asarray(a, np.int32 if dtype == INT else np.float32).tobytes()
+
+
+def decode(dtype, raw, shape):
+    if dtype == B:
+        bits = np.frombuffer(raw, np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(shape)
+    return np.frombuffer(raw, np.int32 if dtype == INT else np.float32).reshape(shape)
+
+
+class Layout:
+    """The tensors of all cases in one buffer, each at a 64-byte aligned offset."""
+
+    def __init__(self):
+        self.parts, self.size = [], 0
+
+    def add(self, dtype, a) -> int:
+        raw = encode(dtype, a)
+        at = self.size
+        self.parts.append(raw + b"\0" * (-len(raw) % 64))
+        self.size += len(self.parts[-1])
+        return at
+
+
+def c_tile(name, t: Tile, at: int) -> list[str]:
+    r = len(t.shape)
+    idx = ", ".join(f"{name}_i{d}" if d in t.idx else "nullptr" for d in range(r))
+    lines = [f"static const int {name}_i{d}[] = {{{', '.join(map(str, p))}}};"
+             for d, p in t.idx.items()]
+    return lines + [
+        f"const long long {name}_s[] = {{{', '.join(map(str, t.shape))}}};",
+        f"const long long {name}_l[] = {{{', '.join(map(str, t.lo))}}};",
+        f"const long long {name}_n[] = {{{', '.join(map(str, t.n))}}};",
+        f"const int* const {name}_x[] = {{{idx}}};",
+        f"const EtTileT<{ctype(t.dtype)}> {name} = et_tile(({ctype(t.dtype)}*)(D + {at}), {r}, "
+        f"{name}_s, {name}_l, {name}_n, {name}_x);"]
+
+
+def make_inputs(case: Case, rng):
+    vals = {}
+    for role, t in case.ins.items():
+        a = case.data.get(role, normal)(rng, t.shape)
+        vals[role] = a.astype(np.int32) if t.dtype == INT else round_to_dtype(t.dtype, a)
+    return vals
+
+
+def reference(case: Case, tiles: dict) -> dict:
+    ctx = TaskContext(
+        grid="g", coords=dict(case.coords), env={},
+        params={**{r: r for r in (*case.ins, *case.outs)}, **case.params},
+        inputs={r: v if case.ins[r].dtype == INT else v.astype(np.float64)
+                for r, v in tiles.items()},
+        out_shapes={r: t.n for r, t in case.outs.items()},
+        out_dtypes={r: np.int32 if t.dtype == INT else np.float64 for r, t in case.outs.items()})
+    return KINDS[case.kind].reference(ctx)
+
+
+def nan_last_argmax(x):
+    """Per row of x: the max and first index in the header's order (NaN below everything)."""
+    keyed = np.where(np.isnan(x), -np.inf, x)
+    idx = np.empty(len(x), np.int64)
+    for i, (row, k) in enumerate(zip(x, keyed)):
+        ok = ~np.isnan(row)
+        idx[i] = np.flatnonzero(ok & (k == k[ok].max()))[0] if ok.any() else 0
+    return x[np.arange(len(x)), idx], idx
+
+
+def silu_scale(gate, up, shape):
+    """What fp32 rounding of the partial sums g = sum gate, u = sum up can move silu(g) * u
+    by, over fp32 epsilon: |silu'(g)| sum |gate| |u| + |silu(g)| sum |up| (+ |silu(g) u|)."""
+    summed = [a.reshape(-1, *shape).astype(np.float64) for a in (gate, up)]
+    g, u = (a.sum(axis=0) for a in summed)
+    with np.errstate(over="ignore"):
+        sig = 1.0 / (1.0 + np.exp(-g))
+    silu, d = g * sig, sig * (1.0 + g * (1.0 - sig))
+    return (np.abs(d) * np.abs(summed[0]).sum(axis=0) * np.abs(u) +
+            np.abs(silu) * np.abs(summed[1]).sum(axis=0) + np.abs(silu * u))
+
+
+def expectations(case: Case, vals: dict):
+    """Per out role: (expected tensor, tolerance per element)."""
+    tiles = {r: case.ins[r].region(v) for r, v in vals.items()}
+    ref = reference(case, tiles)
+    if case.kind == "argmax_partial" and np.isnan(tiles["x"]).any():
+        m, i = nan_last_argmax(tiles["x"])
+        ref = {"max": m.reshape(-1, 1), "arg": (i + case.coords["n"] * int(case.args[0]))
+               .reshape(-1, 1)}
+    scale = {}
+    if case.kind in ("linear_partial", "residual_add", "rms_norm"):
+        mag = reference(case, {r: np.abs(v) for r, v in tiles.items()})
+        scale = {r: np.abs(ref[r]) + np.abs(mag[r]) for r in ref}
+    elif case.kind == "silu_mul":
+        scale = {"out": silu_scale(tiles["gate"], tiles["up"], case.outs["out"].n)}
+    out = {}
+    for role, t in case.outs.items():
+        full = np.full(t.shape, SENTINEL, np.int32 if t.dtype == INT else np.float32)
+        tol = np.zeros(t.shape)
+        want = np.reshape(ref[role], t.n)
+        full[np.ix_(*t.positions())] = want if t.dtype == INT else round_to_dtype(t.dtype, want)
+        if role in scale:
+            rtol = 1e-2 if t.dtype == B else 1e-5
+            tol[np.ix_(*t.positions())] = rtol * np.reshape(scale[role], t.n) + 1e-30
+        out[role] = (full, tol)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("llm_dense")
+    rng = np.random.default_rng(11)
+    layout, blocks, cases = Layout(), [], []
+    for i, case in enumerate(CASES):
+        vals = make_inputs(case, rng)
+        lines, names, outs = [f"{{  // case {i}: {case.kind}"], [], {}
+        for role, t in (*case.ins.items(), *case.outs.items()):
+            if role in vals:
+                at = layout.add(t.dtype, vals[role])
+            else:
+                at = layout.add(t.dtype, np.full(t.shape, SENTINEL))
+                outs[role] = at
+            lines += ["    " + line for line in c_tile(f"t_{role}", t, at)]
+            names.append(f"t_{role}")
+        call = ", ".join([*names, *case.args])
+        lines += [f"    et_run_cta([&] {{ et_body_{case.kind}({call}); }});", "}"]
+        blocks.append("\n".join(lines))
+        cases.append((case, outs, expectations(case, vals)))
+    data, back = tmp / "data.bin", tmp / "back.bin"
+    data.write_bytes(b"".join(layout.parts))
+    main = "\n".join([
+        f"unsigned char* D = static_cast<unsigned char*>(std::aligned_alloc(64, {layout.size}));",
+        f'FILE* in = std::fopen("{data}", "rb");',
+        f"if (!in || std::fread(D, 1, {layout.size}, in) != {layout.size}) return 1;",
+        "std::fclose(in);", *blocks,
+        f'FILE* out = std::fopen("{back}", "wb");',
+        f"std::fwrite(D, 1, {layout.size}, out);", "std::fclose(out);"])
+    run_host(tmp, main, headers=HEADERS, prelude=PRELUDE)
+    raw = back.read_bytes()
+    got = []
+    for case, outs, expect in cases:
+        tensors = {}
+        for role, at in outs.items():
+            t = case.outs[role]
+            size = int(np.prod(t.shape)) * (2 if t.dtype == B else 4)
+            tensors[role] = decode(t.dtype, raw[at:at + size], t.shape)
+        got.append((tensors, expect))
+    return got
+
+
+def case_id(case: Case) -> str:
+    return case.kind + "-" + "-".join("x".join(map(str, t.n)) for t in case.ins.values())
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[case_id(c) for c in CASES])
+def test_body_matches_reference(results, i):
+    tensors, expect = results[i]
+    for role, (want, tol) in expect.items():
+        got = tensors[role]
+        if want.dtype == np.int32:
+            np.testing.assert_array_equal(got, want, err_msg=role)
+            continue
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        close = np.abs(got.astype(np.float64) - want) <= tol
+        bad = ~(same | close)
+        assert not bad.any(), (f"{role}: {bad.sum()} cells off, first at "
+                               f"{np.argwhere(bad)[0]}: got {got[bad][0]}, want {want[bad][0]}")
+
+
+NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"]
+                                     if Path(p).exists()), None)
+
+# every body instantiated, one kernel each (as a grid's case of the megakernel), with the tile
+# types of the decode program: float activations, bf16 or float weights, int indices
+INSTANCES = r"""
+#include "eventtensor/bodies.cuh"
+#include "eventtensor/llm_common.cuh"
+#include "eventtensor/llm_dense.cuh"
+// tiles as the megakernel has them: local values (a parameter passed by reference would be
+// copied to the stack)
+#define ET_BODY(name, call, ...)                 \
+    __global__ void name(__VA_ARGS__) {          \
+        auto local = [](auto t) { return t; };   \
+        call;                                    \
+    }
+#define ET_TYPES(W)                                                                          \
+    ET_BODY(embedding_##W, et_body_embedding(local(a), local(o)), EtTileT<W> a, EtTile o)    \
+    ET_BODY(rms_norm_##W, et_body_rms_norm(local(x), local(a), local(o), 1e-6f), EtTile x,   \
+            EtTileT<W> a, EtTile o)                                                          \
+    ET_BODY(linear_##W, et_body_linear_partial(local(x), local(a), local(o)), EtTile x,      \
+            EtTileT<W> a, EtTile o)                                                          \
+    ET_BODY(residual_##W, et_body_residual_add(local(a), local(x), local(o)), EtTileT<W> a,  \
+            EtTile x, EtTile o)                                                              \
+    ET_BODY(silu_##W, et_body_silu_mul(local(a), local(a), local(o)), EtTileT<W> a, EtTile o)
+ET_TYPES(et_bf16)
+ET_TYPES(float)
+ET_BODY(argmax_tile, et_body_argmax_partial(local(x), local(o), local(i), 256, 1), EtTile x,
+        EtTile o, EtITile i)
+ET_BODY(argmax, et_body_argmax_reduce(local(x), local(i), local(j)), EtTile x, EtITile i,
+        EtITile j)
+"""
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc")
+def test_header_compiles_for_sm90a(tmp_path):
+    """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
+    spills registers."""
+    src = tmp_path / "dense.cu"
+    src.write_text(INSTANCES)
+    res = subprocess.run([NVCC, "-arch=sm_90a", "-std=c++17", "--use_fast_math",
+                          f"-I{INCLUDE}", "-c", str(src), "-o", str(tmp_path / "dense.o"),
+                          "--resource-usage"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    spills = [line for line in res.stderr.splitlines() if "spill" in line
+              and not line.strip().startswith("0 bytes stack frame, 0 bytes spill stores, 0")]
+    assert not spills, "\n".join(spills)
