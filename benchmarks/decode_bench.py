@@ -70,6 +70,7 @@ import torch
 from eventtensor.models import ModelConfig, get_config
 from eventtensor.models.config import ARCHITECTURES
 from eventtensor.models.torch_decode import COMPILE_MODES, TorchDecoder
+from eventtensor.models.weights import random_weights_on_gpu
 
 PYTORCH_PATHS = ("hf-eager", "torch-eager", "torch-graph", "torch-compile")
 HOOK_MODULE = "eventtensor.models.gpu_decode"
@@ -377,17 +378,6 @@ def measure_matmul_tflops(n: int = MATMUL_N) -> float:
     return 2 * n**3 / ms / 1e9
 
 
-def gpu_random_weights(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
-    """Seeded random bf16 weights on the GPU, distributed as `random_weights`: matrices
-    normal / sqrt(in features), norm weights 1 + 0.1 * normal."""
-    gen = torch.Generator("cuda").manual_seed(seed)
-    out = {}
-    for name, shape in config.param_shapes().items():
-        x = torch.randn(shape, generator=gen, device="cuda")
-        out[name] = (1 + 0.1 * x if len(shape) == 1 else x * shape[1] ** -0.5).bfloat16()
-    return out
-
-
 def hf_model(config: ModelConfig, weights: dict[str, torch.Tensor], device: str = "cuda"):
     """The transformers model of `config` in bf16 on `device` (sdpa attention) holding
     exactly `weights`. Built with bf16 as the default dtype rather than cast afterwards, so
@@ -481,7 +471,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.config = get_config(args.model)
-        self.weights = gpu_random_weights(self.config, args.seed)
+        self.weights = random_weights_on_gpu(self.config, args.seed)
         self.decoder = TorchDecoder(self.config, self.weights, max(args.batches),
                                     max(args.contexts), device="cuda", dtype=torch.bfloat16)
         try:

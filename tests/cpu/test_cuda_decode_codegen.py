@@ -38,8 +38,8 @@ def decode_program(name, mode="static", layers=None, max_batch=64):
 
 def test_layers_share_their_cases_and_take_their_tensors_by_grid():
     """Every grid of a layer shares its dispatch case with the same grid of the other layers:
-    the cases do not grow with the layers, and the constant table row of each grid lists,
-    in the case's order, exactly the tensors that grid touches."""
+    the cases do not grow with the layers, and the constant table row of each grid that shares
+    a case lists exactly the tensors that grid touches."""
     _, p2 = decode_program("tiny-qwen3", layers=2)
     _, p4 = decode_program("tiny-qwen3", layers=4)
     cases = [src.split("__device__ void et_run_task(")[1].split("\n}\n")[0].count("{  // task")

@@ -9,6 +9,7 @@ import pytest
 
 from eventtensor.models import ReferenceModel, get_config, random_weights
 from eventtensor.models.decode import greedy_generate
+from eventtensor.models.weights import random_weights_on_gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 
@@ -55,19 +56,6 @@ def test_tiny_greedy_with_arrivals_bf16_cache(name):
     assert got == [ref.greedy_generate([p], n)[0] for p, n in zip(prompts, budgets)]
 
 
-def _torch_weights(cfg, seed):
-    """Random bf16 weights of `cfg` generated on the GPU (normal / sqrt(fan-in) matrices,
-    1 + 0.1 normal norms)."""
-    import torch
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    out = {}
-    for name, shape in cfg.param_shapes().items():
-        x = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32)
-        x = 1 + 0.1 * x if len(shape) == 1 else x * shape[1] ** -0.5
-        out[name] = x.to(torch.bfloat16)
-    return out
-
-
 def _hf_model(cfg, weights):
     """transformers' model of `cfg` in float32 on the GPU holding exactly `weights`."""
     import torch
@@ -94,7 +82,7 @@ def test_real_size_matches_transformers(name, batches):
     its argmax wherever its top two logits are apart by more than that tolerance."""
     import torch
     cfg = get_config(name)
-    weights = _torch_weights(cfg, seed=1)
+    weights = random_weights_on_gpu(cfg, seed=1)
     session = _session(cfg, weights, 64, 256)
     model = _hf_model(cfg, weights)
     rng = np.random.default_rng(2)

@@ -28,6 +28,8 @@ from .decode import (
 from .reference import rope_inv_freq
 from .weights import check_weights
 
+PER_REQUEST = ("tokens", "positions", "slots")  # inputs of one entry per request
+
 
 def gpu_tiles(config: ModelConfig, max_batch: int) -> DecodeTiles:
     """Tiles for the H200: one row tile for the whole batch (each weight tile is read once
@@ -80,6 +82,7 @@ class GpuDecodeSession(RequestSlots):
         start = time.perf_counter()
         self.tensors = self._device_tensors(weights, cache_dtype, progress)
         self.load_s = time.perf_counter() - start
+        self._launched: dict[int, Any] = {}  # batch size -> its launch state (relaunched)
 
     def _device_tensors(self, weights: Mapping[str, Any], cache_dtype: str,
                         progress: bool) -> dict[str, Any]:
@@ -90,7 +93,7 @@ class GpuDecodeSession(RequestSlots):
             w = weights[name]
             w = w if isinstance(w, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(w))
             out[tensor_name(name)] = w.to(device="cuda", dtype=torch.bfloat16).contiguous()
-            if progress and (k + 1) % 50 == 0 or k + 1 == len(shapes):
+            if (k + 1) % 50 == 0 or k + 1 == len(shapes):
                 _say(progress, f"weights on the GPU: {k + 1}/{len(shapes)} tensors")
         out["rope_inv_freq"] = torch.tensor(rope_inv_freq(cfg), dtype=torch.float32,
                                             device="cuda")
@@ -100,22 +103,36 @@ class GpuDecodeSession(RequestSlots):
             for kv in "kv":
                 cache = torch.zeros(shape, dtype=dtype, device="cuda")
                 out[cache_name(kv, layer)] = out[cache_name(kv, layer, out=True)] = cache
-        for name in ("tokens", "positions", "slots"):
-            out[name] = torch.zeros(self.max_batch, dtype=torch.int32, device="cuda")
+        # tokens, positions and slots: rows of one buffer, written by one copy a step
+        self._requests = torch.zeros(3, self.max_batch, dtype=torch.int32, device="cuda")
+        for row, name in enumerate(PER_REQUEST):
+            out[name] = self._requests[row]
         return out
 
     def feed(self, batch: int) -> dict[str, Any]:
         """The launch's tensors for `batch` requests: the per-request inputs are the first
         `batch` entries of fixed buffers (their pointers, so the launch arguments, do not
         change from step to step)."""
-        per_request = ("tokens", "positions", "slots")
-        return {n: t[:batch] if n in per_request else t for n, t in self.tensors.items()}
+        return {n: t[:batch] if n in PER_REQUEST else t for n, t in self.tensors.items()}
+
+    def set_requests(self, tokens, positions, slots) -> None:
+        """The first len(tokens) entries of the per-request buffers (one host-to-device
+        copy): each request's token, position and cache slot."""
+        values = np.stack([np.asarray(v, np.int32) for v in (tokens, positions, slots)])
+        self._requests[:, :values.shape[1]].copy_(self.torch.from_numpy(values))
 
     def launch(self, batch: int, stream=None):
-        """Launch one step for the `batch` requests whose tokens, positions and slots are in
-        the first entries of the per-request buffers; returns the launch state (for
-        `kernel.relaunch`, `kernel.sync`)."""
-        return self.kernel.launch({"B": batch}, self.feed(batch), stream=stream)
+        """Launch one step for the first `batch` requests of the per-request buffers;
+        returns the launch state (for `kernel.sync`). A batch size's first launch binds the
+        tensors and uploads the launch arguments; later ones relaunch them as they are (the
+        pointers never change)."""
+        st = self._launched.get(batch)
+        if st is None:
+            st = self._launched[batch] = self.kernel.launch({"B": batch}, self.feed(batch),
+                                                            stream=stream)
+        else:
+            self.kernel.relaunch(st, stream)
+        return st
 
     def step(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray,
              mode: str | None = None) -> StepResult:
@@ -125,10 +142,8 @@ class GpuDecodeSession(RequestSlots):
         if mode not in (None, self.mode):
             raise ValueError(f"this session's megakernel is compiled for mode '{self.mode}'")
         toks, slots, pos = self.admit(request_ids, tokens)
-        torch, B = self.torch, len(toks)
-        for name, values in (("tokens", toks), ("positions", pos), ("slots", slots)):
-            self.tensors[name][:B].copy_(torch.from_numpy(values), non_blocking=False)
-        st = self.launch(B)
+        self.set_requests(toks, pos, slots)
+        st = self.launch(len(toks))
         self.kernel.sync(st)
         self.advance(request_ids)
         result = st.arrays["tensors"]
@@ -163,12 +178,8 @@ def bench_paths(config: ModelConfig, weights: Mapping[str, Any], batch: int, con
                     if name.endswith("_cache"):
                         t.copy_(torch.randn(t.shape, generator=gen, device="cuda"))
                 _bench_sessions[key] = session
-            gen = torch.Generator().manual_seed(batch)
-            tens = session.tensors
-            tens["tokens"][:batch].copy_(torch.randint(0, config.vocab_size, (batch,),
-                                                       generator=gen))
-            tens["positions"][:batch].fill_(context - 1)
-            tens["slots"][:batch].copy_(torch.arange(batch))
+            tokens = np.random.default_rng(batch).integers(0, config.vocab_size, batch)
+            session.set_requests(tokens, np.full(batch, context - 1), np.arange(batch))
             start = time.perf_counter()
             st = session.launch(batch)
             session.kernel.sync(st)

@@ -171,6 +171,19 @@ def random_weights(config: ModelConfig, seed: int = 0,
     return out
 
 
+def random_weights_on_gpu(config: ModelConfig, seed: int = 0) -> dict:
+    """Random bfloat16 weights on the GPU (torch tensors), distributed as `random_weights`
+    (not the same values): matrices normal / sqrt(in features), norm weights
+    1 + 0.1 * normal. Deterministic in `seed`; fast at any model size."""
+    import torch
+    gen = torch.Generator("cuda").manual_seed(seed)
+    out = {}
+    for name, shape in config.param_shapes().items():
+        x = torch.randn(shape, generator=gen, device="cuda")
+        out[name] = (1 + 0.1 * x if len(shape) == 1 else x * shape[1] ** -0.5).bfloat16()
+    return out
+
+
 def save_checkpoint(folder: str | Path, config: ModelConfig, weights: dict[str, np.ndarray],
                     *, dtype: str | None = None, shard_bytes: int | None = None,
                     overwrite: bool = False) -> list[Path]:

@@ -466,14 +466,13 @@ def _stage(g: _Gen) -> list[str]:
 def _grid_predicate(g: _Gen, name: str, grids: list[int], note: str = "") -> list[str]:
     """Device function `name(g)`: whether grid g is one of `grids`; a chain of comparisons
     for a few, else a constant table."""
+    head = f"__device__ __forceinline__ bool {name}(int g) {{{note}"
     if len(grids) <= 8:
-        test = " || ".join(f"g == {gi}" for gi in grids) or "false"
-    else:
-        flags = ", ".join("1" if gi in set(grids) else "0" for gi in range(len(g.p.grids)))
-        test = f"{name}_grids[g]"
-    return ([] if len(grids) <= 8 else
-            [f"__constant__ unsigned char {name}_grids[{len(g.p.grids)}] = {{{flags}}};"]) + [
-        f"__device__ __forceinline__ bool {name}(int g) {{{note}", f"    return {test};", "}", ""]
+        return [head, f"    return {' || '.join(f'g == {gi}' for gi in grids) or 'false'};",
+                "}", ""]
+    flags = ", ".join("1" if gi in grids else "0" for gi in range(len(g.p.grids)))
+    return [f"__constant__ unsigned char {name}_grids[{len(g.p.grids)}] = {{{flags}}};",
+            head, f"    return {name}_grids[g];", "}", ""]
 
 
 def _dd_edges(g: _Gen, grid: TaskGrid, kind: str) -> list[Edge]:
