@@ -206,21 +206,24 @@ def append_case(prog, rng, cache_dtype, D, slot=1, h=1, position=5, b=1):
 
 
 class Attn:
-    """One request's tensors of one layer as models/decode.py lays them out: caches
-    [slots, K, C, D] (slot `slot`; rows at and past `pos` NaN), q [1, K*G*D], k_new, v_new
-    [1, K*D], chunk outputs [1, K*G, NC, D] and [1, K*G, NC]."""
+    """One token's tensors of one layer as models/decode.py lays them out: caches
+    [slots, K, C, D] (slot `slot`; rows at and past the first new position NaN), q
+    [1, K*G*D], the `new` new keys and values of its request [new, K*D] (positions
+    pos - new + 1 .. pos), chunk outputs [1, K*G, NC, D] and [1, K*G, NC]."""
 
-    def __init__(self, prog, rng, cache_dtype, G, D, C, T, pos, K=2, h=1, slot=0, slots=1):
+    def __init__(self, prog, rng, cache_dtype, G, D, C, T, pos, K=2, h=1, slot=0, slots=1,
+                 new=1):
         self.prog, self.dt, self.G, self.D, self.C, self.T, self.pos = prog, cache_dtype, G, D, \
             C, T, pos
         self.K, self.h, self.slot, self.slots, self.NC = K, h, slot, slots, -(-C // T)
+        self.new, self.p0 = new, pos - new + 1
         shape = (slots, K, C, D)
         self.kc, self.vc = (round_to_dtype(cache_dtype, rng.standard_normal(shape)
                                            .astype(np.float32)) for _ in "kv")
         for c in (self.kc, self.vc):
-            c[slot, :, pos:] = np.nan
+            c[slot, :, self.p0:] = np.nan
         self.q = rng.standard_normal((1, K * G * D)).astype(np.float32)
-        self.kn, self.vn = (rng.standard_normal((1, K * D)).astype(np.float32) for _ in "kv")
+        self.kn, self.vn = (rng.standard_normal((new, K * D)).astype(np.float32) for _ in "kv")
         self.names = {n: prog.tensor(cache_dtype if n in ("kc", "vc") else F, getattr(self, n))
                       for n in ("kc", "vc", "q", "kn", "vn")}
         self.pos_t = prog.tile(prog.tensor("int32", [pos]), "int32", (1,), (0,), (1,))
@@ -228,8 +231,18 @@ class Attn:
         self.out, self.out_data = out_tensor(prog, F, (1, H, self.NC, D))
         self.lse, self.lse_data = out_tensor(prog, F, (1, H, self.NC))
 
-    def head(self, a, width):
-        return a[0, self.h * width:(self.h + 1) * width].astype(np.float64)
+    def head(self, a, width, row=0):
+        return a[row, self.h * width:(self.h + 1) * width].astype(np.float64)
+
+    def keys(self, lo, hi):
+        """Keys and values [n, D] of positions lo .. hi - 1 (the cache below p0, then the new
+        rows)."""
+        h, p0, D = self.h, self.p0, self.D
+        cached = slice(lo, max(lo, min(hi, p0)))
+        fresh = range(max(lo, p0) - p0, max(0, min(hi, self.pos + 1) - p0))
+        k = [self.kc[self.slot, h, cached]] + [self.head(self.kn, D, r)[None] for r in fresh]
+        v = [self.vc[self.slot, h, cached]] + [self.head(self.vn, D, r)[None] for r in fresh]
+        return np.concatenate(k).astype(np.float64), np.concatenate(v).astype(np.float64)
 
     def chunk(self, c, idx=False):
         """Run the attention tile of chunk c; returns the expected (out [G, D], lse [G])."""
@@ -240,20 +253,15 @@ class Attn:
                             (1, 1, rows, D), {2: list(range(start, start + rows))} if idx else None)
                   for n in ("kc", "vc")]
         q = prog.tile(self.names["q"], F, self.q.shape, (0, h * G * D), (1, G * D))
-        kn, vn = (prog.tile(self.names[n], F, (1, self.K * D), (0, h * D), (1, D))
-                  for n in ("kn", "vn"))
+        kn, vn = (prog.tile(self.names[n], F, (self.new, self.K * D), (0, h * D),
+                            (self.new, D)) for n in ("kn", "vn"))
         H = self.K * G
         out = prog.tile(self.out, F, (1, H, self.NC, D), (0, G * h, c, 0), (1, G, 1, D))
         lse = prog.tile(self.lse, F, (1, H, self.NC), (0, G * h, c), (1, G, 1))
         t = c * self.K + h
         prog.run(f"et_body_decode_attention({q}, {caches[0]}, {caches[1]}, {kn}, {vn}, "
                  f"{self.pos_t}, {out}, {lse}, {T}, {self.NC}, {self.K}, {t})")
-        past = int(np.clip(self.pos - start, 0, rows))
-        keys = self.kc[self.slot, h, start:start + past].astype(np.float64)
-        values = self.vc[self.slot, h, start:start + past].astype(np.float64)
-        if start <= self.pos < start + T:
-            keys = np.concatenate([keys, self.head(self.kn, D)[None]])
-            values = np.concatenate([values, self.head(self.vn, D)[None]])
+        keys, values = self.keys(start, start + rows)
         o, lse_ = ref_attention(self.head(self.q, G * D).reshape(G, D), keys, values)
         self.out_data[0, G * h:G * (h + 1), c] = o
         self.lse_data[0, G * h:G * (h + 1), c] = lse_
@@ -269,7 +277,7 @@ def attention_case(prog, rng, cache_dtype, G, D, C, T, pos, chunks, idx=False, *
     for c in chunks:
         a.chunk(c, idx)
     a.check(f"attention {cache_dtype} G={G} D={D} C={C} T={T} p={pos} chunks={chunks}"
-            f"{' idx' if idx else ''}")
+            f"{' idx' if idx else ''}{' new=%d' % layout['new'] if 'new' in layout else ''}")
 
 
 def merge_case(prog, rng, G, D, m, dead=(), K=2, h=1, NC=None):
@@ -296,8 +304,8 @@ def merge_case(prog, rng, G, D, m, dead=(), K=2, h=1, NC=None):
 
 
 def end_to_end_case(prog, rng, cache_dtype, G, D, C, T, pos, **layout):
-    """Every live chunk of a request through decode_attention, then attn_merge, against
-    softmax attention over positions 0 .. pos (the new key last)."""
+    """Every live chunk of a token through decode_attention, then attn_merge, against
+    softmax attention over positions 0 .. pos (its request's new keys last)."""
     a = Attn(prog, rng, cache_dtype, G, D, C, T, pos, **layout)
     n = pos // T + 1
     for c in range(n):
@@ -309,8 +317,7 @@ def end_to_end_case(prog, rng, cache_dtype, G, D, C, T, pos, **layout):
     out, data = out_tensor(prog, F, (1, H * D))
     to = prog.tile(out, F, (1, H * D), (0, a.h * G * D), (1, G * D))
     prog.run(f"et_body_attn_merge({tp}, {tl}, {to})")
-    keys = np.concatenate([a.kc[a.slot, a.h, :pos], a.head(a.kn, D)[None]]).astype(np.float64)
-    values = np.concatenate([a.vc[a.slot, a.h, :pos], a.head(a.vn, D)[None]]).astype(np.float64)
+    keys, values = a.keys(0, pos + 1)
     full, _ = ref_attention(a.head(a.q, G * D).reshape(G, D), keys, values)
     data[0, a.h * G * D:(a.h + 1) * G * D] = full.reshape(-1)
     assert np.allclose(ref_merge(a.out_data[0, sl, :n], a.lse_data[0, sl, :n]), full.reshape(-1),
@@ -352,6 +359,10 @@ def build() -> Program:
     attention_case(prog, rng, B, 4, 64, 128, 64, 100, (0, 1), idx=True)
     attention_case(prog, rng, F, 10, 32, 96, 32, 40, (0, 1, 2))
     attention_case(prog, rng, B, 8, 32, 1200, 600, 1100, (0, 1), **one)
+    # a prompt chunk: several new rows (the generic path), inside and across chunk boundaries
+    attention_case(prog, rng, B, 4, 64, 256, 64, 100, (0, 1, 2), new=5)   # rows 96 .. 100
+    attention_case(prog, rng, F, 4, 64, 256, 64, 70, (0, 1, 2), new=71)   # the whole prompt
+    attention_case(prog, rng, B, 2, 128, 128, 64, 64, (0, 1), new=2, **one)  # 63, 64
     for G, D, m, dead in ((1, 64, 1, ()), (4, 128, 5, (1, 4)), (8, 128, 32, (0, 31)),
                           (2, 64, 7, ()), (4, 6, 9, (2,)), (8, 4, 400, (5,))):
         merge_case(prog, rng, G, D, m, dead)
@@ -359,7 +370,9 @@ def build() -> Program:
                                         (F, 4, 64, 200, 64, 64, {}),
                                         (B, 2, 128, 200, 64, 130, one),
                                         (F, 8, 128, 200, 64, 199, one),
-                                        (B, 4, 64, 1024, 64, 1000, one)):
+                                        (B, 4, 64, 1024, 64, 1000, one),
+                                        (B, 4, 64, 200, 64, 130, {"new": 9}),
+                                        (F, 8, 128, 200, 64, 140, {"new": 141, "K": 1, "h": 0})):
         end_to_end_case(prog, rng, dt, G, D, C, T, pos, **layout)
     return prog
 

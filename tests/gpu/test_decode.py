@@ -42,18 +42,74 @@ def test_tiny_logits_and_tokens_match_reference(name, mode):
         np.testing.assert_array_equal(got.next_tokens, np.argmax(want, axis=-1))
 
 
+class _Checked:
+    """A decode session whose every step is checked against the reference: the logits of
+    each request within `tol` (relative to the step's largest) of the reference's; the step
+    returns the reference's picks, so an error shows at its step and does not carry on."""
+
+    def __init__(self, session, ref, tol):
+        self.session, self.ref, self.tol, self.steps = session, ref, tol, 0
+
+    def free_slots(self):
+        return self.session.free_slots()
+
+    @property
+    def max_tokens(self):
+        return self.session.max_tokens
+
+    def release(self, request_id):
+        self.session.release(request_id)
+        self.ref.release(request_id)
+
+    def step(self, request_ids, tokens):
+        got = self.session.step(request_ids, tokens).logits.float().cpu().numpy()
+        want = self.ref.step(tokens, request_ids)
+        err = np.abs(got - want).max(axis=1) / np.abs(want).max()
+        assert (err <= self.tol).all(), \
+            f"step {self.steps}, batch {len(tokens)}: relative logit errors {err.round(5)}"
+        self.steps += 1
+        return type("Picks", (), {"next_tokens": np.argmax(want, axis=-1)})
+
+
+ARRIVALS = dict(prompts=[[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]], budgets=[10, 6, 8, 5],
+                starts=[0, 1, 1, 4])
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
 def test_tiny_greedy_with_arrivals_bf16_cache(name):
     """Greedy decoding with requests joining and leaving (the batch changes between steps,
-    one kernel) and bf16 caches: each request's tokens equal its decoding alone by the
-    reference."""
+    one kernel) and bf16 caches: every step's logits match the reference holding its cache
+    in bf16 (fed the same tokens), and a second run, on the kernel's own picks, gives the
+    reference's tokens."""
     cfg = get_config(name)
     weights = random_weights(cfg, seed=6)
-    session = _session(cfg, weights, 3, 64)
-    prompts, budgets, starts = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]], [10, 6, 8, 5], [0, 1, 1, 4]
-    got = greedy_generate(session, prompts, budgets, start_steps=starts)
-    ref = ReferenceModel(cfg, weights)
-    assert got == [ref.greedy_generate([p], n)[0] for p, n in zip(prompts, budgets)]
+    prompts, budgets, starts = ARRIVALS.values()
+    checked = _Checked(_session(cfg, weights, 3, 64),
+                       ReferenceModel(cfg, weights, cache_dtype="bfloat16"), 5e-4)
+    want = greedy_generate(checked, prompts, budgets, start_steps=starts)
+    assert greedy_generate(checked.session, prompts, budgets, start_steps=starts) == want
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_tiny_prompt_chunks_match_reference(name):
+    """Steps of more tokens than requests (prompt chunks, causal within each request) mixed
+    with decode tokens, crossing the 128-position KV chunk: every token's logits against the
+    reference (bf16 cache) and greedy generation with chunked prompts equal to the
+    reference's."""
+    cfg = get_config(name)
+    weights = random_weights(cfg, seed=8)
+    session = _session(cfg, weights, 3, 256, max_tokens=40)
+    checked = _Checked(session, ReferenceModel(cfg, weights, cache_dtype="bfloat16"), 5e-4)
+    rng = np.random.default_rng(9)
+    plan = [["a"] * 40, ["a"] * 30 + ["b"] * 10, ["a"] * 40, ["a"] * 20 + ["b", "c"],
+            ["c"] * 3 + ["a"] + ["b"] * 36, ["b", "a", "c"]]      # a at 130 after step 3
+    for ids in plan:
+        checked.step(ids, rng.integers(0, cfg.vocab_size, len(ids)))
+    for r in "abc":
+        checked.release(r)
+    prompts = [list(rng.integers(0, cfg.vocab_size, n)) for n in (37, 5, 60)]
+    want = greedy_generate(checked, prompts, 6)
+    assert greedy_generate(session, prompts, 6) == want
 
 
 def _hf_model(cfg, weights):

@@ -4,6 +4,7 @@ alone; the step's contract."""
 import numpy as np
 import pytest
 
+from eventtensor.dtypes import round_to_dtype
 from eventtensor.models import CONFIGS, ReferenceModel, random_weights
 from eventtensor.models.reference import rope_inv_freq
 
@@ -121,6 +122,21 @@ def test_float32_compute_is_close(pair):
     got = ReferenceModel(cfg, weights, compute_dtype=np.float32).step(tokens, [0] * 6)
     assert got.dtype == np.float32
     _close(got, want)
+
+
+def test_bfloat16_cache_rounds_what_later_steps_read(pair):
+    """With cache_dtype bfloat16 the cached keys and values are the bf16 roundings of the
+    float64 ones; a step's own new keys are not rounded (its logits equal the float64
+    model's), later steps read the rounded cache (their logits differ, but only slightly)."""
+    cfg, weights, _ = pair
+    exact, rounded = ReferenceModel(cfg, weights), ReferenceModel(cfg, weights,
+                                                                  cache_dtype="bfloat16")
+    np.testing.assert_array_equal(rounded.step([4, 8], ["r"] * 2), exact.step([4, 8], ["r"] * 2))
+    for layer in range(cfg.num_layers):
+        for got, want in zip(rounded.cache("r", layer), exact.cache("r", layer)):
+            np.testing.assert_array_equal(got, round_to_dtype("bfloat16", want))
+    a, b = rounded.step([15], ["r"]), exact.step([15], ["r"])
+    assert 0 < np.abs(a - b).max() <= 0.02 * np.abs(b).max()
 
 
 def test_step_contract():

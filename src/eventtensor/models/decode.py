@@ -1,14 +1,17 @@
 """The decode step of a dense decoder (Llama 3, Qwen3) as one eventtensor program.
 
-`build_decode_program(config, max_batch, max_context)` gives one program for every batch size
-B in [1, max_batch]: each of the B requests brings one new token at its own position (the
-number of tokens it has cached), and gets its logits and greedy next token. Legend of
-`config.py` plus C max_context, T KV chunk, NC = cdiv(C, T) chunks, G = H/K, BM request rows
-of a tile, S split-K partials.
+`build_decode_program(config, max_batch, max_context, max_tokens=...)` gives one program
+for every number B in [1, max_tokens] of new tokens in a step, spread over up to `max_batch`
+requests (cache slots): in decode each request brings one token; a prompt chunk brings several
+tokens of one request, adjacent and in order, causal among themselves. Each token sits at its
+own position (its request's cached tokens plus the request's tokens before it in the step)
+and gets its logits and greedy next token. Legend of `config.py` plus C max_context, T KV
+chunk, NC = cdiv(C, T) chunks, G = H/K, BM token rows of a tile, S split-K partials.
 
 Inputs: every weight under `tensor_name(hf_name)` (the HF name with dots as underscores),
-tokens [B], positions [B], slots [B] (the cache row of each request, distinct), rope_inv_freq
-[D/2] (`reference.rope_inv_freq`), per layer l the caches `cache_name("k", l)` and
+tokens [B], positions [B], slots [B] (the cache slot of each token's request), starts [B]
+(the row of the first token of the same request in this step: b itself in decode),
+rope_inv_freq [D/2] (`reference.rope_inv_freq`), per layer l the caches `cache_name("k", l)` and
 `cache_name("v", l)` [max_batch, K, C, D]. Outputs: logits [B, V], next_tokens [B], per layer
 `cache_name("k", l, out=True)` and the v one [max_batch, K, C, D]. (One cache tensor per
 layer, so that every layer's tasks differ only in the tensors they touch and share their
@@ -16,10 +19,11 @@ generated code on the GPU.)
 
 The KV cache. The IR has no read-write tensor: `verify` rejects a task writing an input, and
 every output or temp starts a launch unwritten (poisoned on the interpreter), so nothing
-persists across launches. The caches are therefore read as inputs (positions below each
-request's own) and the new rows are appended to the layer's cache outputs at
+persists across launches. The caches are therefore read as inputs (positions below the
+request's first new token) and the new rows are appended to the layer's cache outputs at
 [slots[b], h, positions[b]] (a data-dependent region); no task reads those outputs, and
-attention takes the new token's k and v from the layer's temps. `DecodeSession` copies the
+attention takes the new keys and values of the step (rows starts[b] .. b) from the layer's
+temps. `DecodeSession` copies the
 appended rows into its cache arrays after each launch; a device launch can instead pass the
 same buffer as a cache input and its output (the only element both touch, the new row, is masked
 on the read side).
@@ -29,9 +33,10 @@ Per layer l, tiles and events (events come from the tile regions unless named he
   q/k/v_proj (mb, K, S)   h rows, split-K chunk s -> partials of KV head n (G*D or D columns)
   qk_rope (mb, K)         waits on the q, k, v tiles of its head -> q, k, v of head h
   kv_append (B, K)        waits on qk_rope of (b's rows, h) -> cache outputs at the position
-  attn (B*NC*K,)          t = (b*NC + c)*K + h; waits on qk_rope of (b's rows, h) and on
-                          `planned`, which triggers only the tiles of chunks 0..pos_b // T:
-                          chunks past a request's length are guarded and never run
+  attn (B*NC*K,)          t = (b*NC + c)*K + h; waits on `l{l}_rope_done` of the row tiles
+                          0 .. b's (those of its request's earlier tokens among them) and
+                          head h, and on `planned`, which triggers only the tiles of chunks
+                          0..pos_b // T: chunks past a token's position are never run
   attn_merge (B, K)       waits on `l{l}_attn_done[b, h]`, whose wait count n_b is read at
                           run time from attn_plan; reads the n_b chunk partials
   o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
@@ -109,16 +114,16 @@ def _split(total: int, parts: int, what: str) -> int:
 class _Decode:
     """Builder state: the config, the tiles and the names every layer shares."""
 
-    def __init__(self, config: ModelConfig, max_batch: int, max_context: int,
+    def __init__(self, config: ModelConfig, max_batch: int, max_context: int, max_tokens: int,
                  tiles: DecodeTiles, weight_dtype: str, cache_dtype: str, name: str):
         self.cfg, self.t = config, tiles
         for field in ("rows", "n_tile", "ffn_tile", "vocab_tile", "kv_chunk"):
             if getattr(tiles, field) < 1:
                 raise ValueError(f"tiles.{field} must be positive")
-        if max_batch < 1 or max_context < 1:
-            raise ValueError("max_batch and max_context must be positive")
+        if max_batch < 1 or max_context < 1 or max_tokens < 1:
+            raise ValueError("max_batch, max_context and max_tokens must be positive")
         self.pb = pb = ProgramBuilder(name, derive_events=True)
-        self.B = pb.symbol("B", 1, max_batch)
+        self.B = pb.symbol("B", 1, max_tokens)
         self.mb = sym.cdiv(self.B, tiles.rows)
         self.rows = _span("m", tiles.rows, "B")
         self.C, self.T = max_context, tiles.kv_chunk
@@ -131,7 +136,7 @@ class _Decode:
         for hf, shape in config.param_shapes().items():
             pb.input(tensor_name(hf), shape, weight_dtype)
         B = self.B
-        for n in ("tokens", "positions", "slots"):
+        for n in ("tokens", "positions", "slots", "starts"):
             pb.input(n, (B,), "int32")
         pb.input("rope_inv_freq", (D // 2,))
         cache = (max_batch, config.num_kv_heads, max_context, D)
@@ -204,8 +209,10 @@ class _Decode:
                 params[f"{r}_norm"] = self.w(i, f"self_attn.{r}_norm")
         for r, width in (("q", cfg.q_size), ("k", cfg.kv_size), ("v", cfg.kv_size)):
             pb.temp(p + r, (B, width))
+        pb.event(p + "rope_done", (self.mb, K))
         pb.grid(p + "qk_rope", "qk_norm_rope", "mh", (self.mb, K), reads=reads,
-                writes={p + r: f"{rows}, {head[r]}" for r in "qkv"}, params=params)
+                writes={p + r: f"{rows}, {head[r]}" for r in "qkv"}, params=params,
+                notify={p + "rope_done": "mh->m, h"})
         cache_row = "slots[b], h, positions[b], :"
         pb.grid(p + "kv_append", "kv_append", "bh", (B, K),
                 reads={p + "k": f"b, {head['k']}", p + "v": f"b, {head['v']}"},
@@ -222,12 +229,15 @@ class _Decode:
         pb.event(p + "attn_done", (B, K), wait_count="attn_plan[k, 2]")
         heads = f"{G}*{h}:{G}*{h} + {G}"
         cache = f"slots[{b}], {h}, {chunk}, :"
+        new = f"starts[{b}]:{b} + 1, {D}*{h}:{D}*{h} + {D}"  # the request's new rows so far
         pb.grid(p + "attn", "decode_attention", "t", (B * NK,),
                 reads={p + "q": f"{b}, {GD}*{h}:{GD}*{h} + {GD}", cache_name("k", i): cache,
-                       cache_name("v", i): cache, p + "k": f"{b}, {D}*{h}:{D}*{h} + {D}",
-                       p + "v": f"{b}, {D}*{h}:{D}*{h} + {D}", "positions": b},
+                       cache_name("v", i): cache, p + "k": new, p + "v": new,
+                       "positions": b},
                 writes={p + "o_chunks": f"{b}, {heads}, {c}, :", p + "lse": f"{b}, {heads}, {c}"},
-                notify={p + "attn_done": f"t->{b}, {h}"}, wait={"planned": f"t->{b}"},
+                notify={p + "attn_done": f"t->{b}, {h}"},
+                wait={"planned": f"t->{b}",
+                      p + "rope_done": f"t->0:{b} // {t.rows} + 1, {h}"},
                 params={"q": p + "q", "k_cache": cache_name("k", i),
                         "v_cache": cache_name("v", i),
                         "k_new": p + "k", "v_new": p + "v", "pos": "positions",
@@ -289,13 +299,15 @@ class _Decode:
 
 
 def build_decode_program(config: ModelConfig, max_batch: int, max_context: int,
-                         tiles: DecodeTiles | None = None, *, weight_dtype: str | None = None,
-                         cache_dtype: str = "float32", name: str | None = None) -> Program:
-    """The decode step of `config` for B in [1, max_batch] requests with KV caches of
-    `max_context` positions (see the module docstring for tensors, tiles and events).
+                         tiles: DecodeTiles | None = None, *, max_tokens: int | None = None,
+                         weight_dtype: str | None = None, cache_dtype: str = "float32",
+                         name: str | None = None) -> Program:
+    """The decode step of `config` for B in [1, max_tokens] new tokens (default max_tokens:
+    max_batch) of up to `max_batch` requests with KV caches of `max_context` positions (see
+    the module docstring for tensors, tiles and events).
     Weights are declared in `weight_dtype` (default: the config's dtype), activations in
     float32. Raises ValueError for tiles that do not fit the config."""
-    d = _Decode(config, max_batch, max_context, tiles or DecodeTiles(),
+    d = _Decode(config, max_batch, max_context, max_tokens or max_batch, tiles or DecodeTiles(),
                 weight_dtype or config.dtype, cache_dtype,
                 name or f"decode_{config.architecture}_l{config.num_layers}")
     x = d.prologue()
@@ -318,10 +330,13 @@ class StepResult(NamedTuple):
 
 class RequestSlots:
     """The cache slot and position of every live request of a decode session with
-    `max_batch` slots of `max_context` positions; `admit` checks a step's batch."""
+    `max_batch` slots of `max_context` positions and steps of up to `max_tokens` tokens
+    (default max_batch); `admit` checks a step's tokens."""
 
-    def __init__(self, vocab_size: int, max_batch: int, max_context: int):
+    def __init__(self, vocab_size: int, max_batch: int, max_context: int,
+                 max_tokens: int | None = None):
         self.vocab_size, self.max_batch, self.max_context = vocab_size, max_batch, max_context
+        self.max_tokens = max_tokens or max_batch
         self.slots: dict[Hashable, int] = {}
         self.positions: dict[Hashable, int] = {}
         self.steps = 0
@@ -346,31 +361,39 @@ class RequestSlots:
         self.positions.pop(request_id)
 
     def admit(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One new token per request (unknown ids join first, at position 0): the tokens,
-        slots and positions [B] (int32) of the step. Raises ValueError, changing nothing,
-        for a bad batch, token id or a full cache."""
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Token t of the step belongs to request `request_ids[t]` (unknown ids join first, at
+        position 0); a request's tokens are adjacent, in order (one in decode, a prompt chunk
+        otherwise). Returns the tokens, slots, positions and starts (row of the request's
+        first token in the step) [B] (int32). Raises ValueError, changing nothing, for a
+        bad step, token id or a full cache."""
         ids, toks = list(request_ids), np.asarray(tokens, np.int64).reshape(-1)
-        if len(ids) != len(toks) or not 1 <= len(ids) <= self.max_batch:
-            raise ValueError(f"{len(toks)} tokens for {len(ids)} requests (1 to "
-                             f"{self.max_batch} allowed)")
-        if len(set(ids)) != len(ids):
-            raise ValueError("a request appears twice in one step")
+        if len(ids) != len(toks) or not 1 <= len(ids) <= self.max_tokens:
+            raise ValueError(f"{len(toks)} tokens for {len(ids)} request ids (1 to "
+                             f"{self.max_tokens} tokens a step allowed)")
+        starts = np.arange(len(ids), dtype=np.int32)
+        first: dict[Hashable, int] = {}
+        for t, r in enumerate(ids):
+            if r in first and ids[t - 1] != r:
+                raise ValueError(f"the tokens of request {r!r} are not adjacent in the step")
+            starts[t] = first.setdefault(r, t)
         if ((toks < 0) | (toks >= self.vocab_size)).any():
             raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
-        new = [r for r in ids if r not in self.slots]
+        new = [r for r in first if r not in self.slots]
         if len(new) > self.free_slots():
             raise ValueError(f"{len(new)} new requests but {self.free_slots()} free slots")
-        if any(self.positions.get(r, 0) >= self.max_context for r in ids):
-            raise ValueError(f"a request has filled its {self.max_context} cache positions")
+        offset = np.arange(len(ids)) - starts
+        pos = np.array([self.positions.get(r, 0) for r in ids]) + offset
+        if (pos >= self.max_context).any():
+            r = ids[int(np.argmax(pos >= self.max_context))]
+            raise ValueError(f"request {r!r} would pass its {self.max_context} cache positions")
         for r in new:
             self.add(r)
         slots = np.array([self.slots[r] for r in ids], np.int32)
-        pos = np.array([self.positions[r] for r in ids], np.int32)
-        return toks.astype(np.int32), slots, pos
+        return toks.astype(np.int32), slots, pos.astype(np.int32), starts
 
     def advance(self, request_ids: Sequence[Hashable]) -> None:
-        """After a step: each request one position further."""
+        """After a step: each request one position further per token it brought."""
         for r in request_ids:
             self.positions[r] += 1
         self.steps += 1
@@ -379,16 +402,18 @@ class RequestSlots:
 class DecodeSession(RequestSlots):
     """Decode state for one program on the interpreter: the weights, the KV caches
     [L, max_batch, K, C, D] (float32, `cache_fill` where nothing is cached) and the requests
-    (`RequestSlots`). `step` runs one launch of the same program for any batch size;
-    lowered tables are kept per (batch size, mode)."""
+    (`RequestSlots`). `step` runs one launch of the same program for any number of tokens;
+    lowered tables are kept per (number of tokens, mode)."""
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, np.ndarray], max_batch: int,
                  max_context: int, tiles: DecodeTiles | None = None, *, mode: str = "static",
-                 num_sms: int = 8, seed: int = 0, cache_fill: float = 0.0):
+                 max_tokens: int | None = None, num_sms: int = 8, seed: int = 0,
+                 cache_fill: float = 0.0):
         check_weights(config, dict(weights))
-        super().__init__(config.vocab_size, max_batch, max_context)
+        super().__init__(config.vocab_size, max_batch, max_context, max_tokens)
         self.config, self.mode, self.num_sms, self.seed = config, mode, num_sms, seed
-        self.program = build_decode_program(config, max_batch, max_context, tiles)
+        self.program = build_decode_program(config, max_batch, max_context, tiles,
+                                            max_tokens=self.max_tokens)
         shapes = config.param_shapes()
         self.inputs = {tensor_name(n): np.asarray(w) for n, w in weights.items() if n in shapes}
         self.inputs["rope_inv_freq"] = rope_inv_freq(config).astype(np.float32)
@@ -406,10 +431,11 @@ class DecodeSession(RequestSlots):
 
     def step(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray,
              mode: str | None = None) -> StepResult:
-        """Run one new token per request (see `admit`); append each request's k and v at
-        its position and advance it."""
-        toks, slots, pos = self.admit(request_ids, tokens)
-        feed = {**self.inputs, "tokens": toks, "positions": pos, "slots": slots}
+        """Run the step's tokens (see `admit`); append each token's k and v at its position
+        and advance its request."""
+        toks, slots, pos, starts = self.admit(request_ids, tokens)
+        feed = {**self.inputs, "tokens": toks, "positions": pos, "slots": slots,
+                "starts": starts}
         for layer in range(self.config.num_layers):
             for kv, cache in (("k", self.k_cache), ("v", self.v_cache)):
                 feed[cache_name(kv, layer)] = cache[layer]
@@ -423,19 +449,25 @@ class DecodeSession(RequestSlots):
                           res.tensors["logits"].copy(), res)
 
 
-def greedy_generate(session: DecodeSession, prompts: Sequence[Sequence[int]],
+def greedy_generate(session: RequestSlots, prompts: Sequence[Sequence[int]],
                     max_new_tokens: int | Sequence[int],
-                    start_steps: Sequence[int] | None = None) -> list[list[int]]:
-    """Greedy decoding through `session`, one token per live request per step. Request r
-    joins at step `start_steps[r]` (default 0; later while no slot is free), feeds its
-    prompt one token a step, then its own picks (argmax, lowest index on ties), and leaves
-    (its slot released) after `max_new_tokens[r]` picks: the batch changes between steps,
-    the program does not. Returns each prompt's new tokens."""
+                    start_steps: Sequence[int] | None = None,
+                    prompt_chunk: int | None = None) -> list[list[int]]:
+    """Greedy decoding through `session` (`step(request_ids, tokens)`, `free_slots`,
+    `release`). Request r joins at step `start_steps[r]` (default 0; later while no slot is
+    free), feeds its prompt in chunks of up to `prompt_chunk` tokens a step (default: as many
+    as the step's `max_tokens` leaves after one token per other live request), then its own
+    picks (argmax, lowest index on ties), one a step, and leaves (its slot released) after
+    `max_new_tokens[r]` picks: the tokens of a step change, the program does not. Returns
+    each prompt's new tokens."""
     n = len(prompts)
     budget = [max_new_tokens] * n if isinstance(max_new_tokens, int) else list(max_new_tokens)
     start = [0] * n if start_steps is None else list(start_steps)
     if len(budget) != n or len(start) != n or any(len(p) == 0 for p in prompts):
         raise ValueError("need one non-empty prompt, budget and start step per request")
+    if prompt_chunk is not None and prompt_chunk < 1:
+        raise ValueError(f"prompt_chunk must be positive, got {prompt_chunk}")
+    cap = getattr(session, "max_tokens", None) or getattr(session, "max_batch")
     out: list[list[int]] = [[] for _ in prompts]
     ids = [object() for _ in prompts]
     fed = [0] * n
@@ -443,20 +475,24 @@ def greedy_generate(session: DecodeSession, prompts: Sequence[Sequence[int]],
     live: list[int] = []
     step = 0
     while todo or live:
-        joining = 0  # admitted this step, given a slot by the step itself
         for r in [r for r in todo if start[r] <= step]:
-            if session.free_slots() > joining:
+            if session.free_slots() > sum(fed[q] == 0 for q in live) and len(live) < cap:
                 todo.remove(r)
                 live.append(r)
-                joining += 1
         if live:
-            toks = [prompts[r][fed[r]] if fed[r] < len(prompts[r]) else out[r][-1]
-                    for r in live]
-            res = session.step([ids[r] for r in live], toks)
-            for j, r in enumerate(live):
+            room = cap - len(live)  # tokens beyond one per live request
+            owners, toks = [], []
+            for r in live:
+                left = len(prompts[r]) - fed[r]
+                take = 1 if left <= 0 else min(left, 1 + room, prompt_chunk or left)
+                room -= take - 1
+                owners += [r] * take
+                toks += prompts[r][fed[r]:fed[r] + take] if left > 0 else [out[r][-1]]
+            res = session.step([ids[r] for r in owners], toks)
+            for t, r in enumerate(owners):
                 fed[r] += 1
-                if fed[r] >= len(prompts[r]):
-                    out[r].append(int(res.next_tokens[j]))
+                if fed[r] >= len(prompts[r]) and (t + 1 == len(owners) or owners[t + 1] != r):
+                    out[r].append(int(res.next_tokens[t]))
             for r in [r for r in live if len(out[r]) >= budget[r]]:
                 live.remove(r)
                 session.release(ids[r])

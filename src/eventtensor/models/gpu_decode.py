@@ -28,17 +28,17 @@ from .decode import (
 from .reference import rope_inv_freq
 from .weights import check_weights
 
-PER_REQUEST = ("tokens", "positions", "slots")  # inputs of one entry per request
+PER_TOKEN = ("tokens", "positions", "slots", "starts")  # inputs of one entry per token
 
 
-def gpu_tiles(config: ModelConfig, max_batch: int) -> DecodeTiles:
-    """Tiles for the H200: one row tile for the whole batch (each weight tile is read once
+def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
+    """Tiles for the H200: one row tile for up to 64 tokens (each weight tile is read once
     per step), split-K 16 over the hidden size so that the q, k and v projections have
     16 * K tasks each, 256-column FFN tiles, 128-column output and vocabulary tiles and KV
     chunks of 128 positions."""
     k_split = 16 if config.hidden_size % 16 == 0 else 1
     ffn = 256 if config.intermediate_size % 256 == 0 else 128
-    return DecodeTiles(rows=min(max_batch, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
+    return DecodeTiles(rows=min(max_tokens, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
                        vocab_tile=128, kv_chunk=128)
 
 
@@ -50,14 +50,16 @@ def _say(progress: bool, message: str) -> None:
 class GpuDecodeSession(RequestSlots):
     """Decode state on the GPU for one program: weights, per-layer KV caches
     [max_batch, K, C, D] in `cache_dtype`, and the requests (`RequestSlots`). `step` runs one
-    launch of the megakernel (scheduling `mode`) for any batch size up to `max_batch`.
+    launch of the megakernel (scheduling `mode`) for any number of tokens up to `max_tokens`
+    (default max_batch; decode tokens and prompt chunks, see `admit`).
     `weights`: HF name -> array or tensor of the config's shapes (values rounded to bf16).
     `kernel`: options of `Megakernel` (num_sms, watchdog_s, ...). `compile_s` and `load_s`
     record the warm-up."""
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, Any], max_batch: int,
                  max_context: int, tiles: DecodeTiles | None = None, *, mode: str = "static",
-                 cache_dtype: str = "bfloat16", progress: bool = True, **kernel):
+                 cache_dtype: str = "bfloat16", max_tokens: int | None = None,
+                 progress: bool = True, **kernel):
         import torch
 
         from ..backends.cuda.runtime import Megakernel
@@ -66,15 +68,16 @@ class GpuDecodeSession(RequestSlots):
                                "(generate with device='cpu' runs the interpreter)")
         check_weights(config, {n: np.broadcast_to(np.float32(0), tuple(w.shape))
                                for n, w in weights.items()})  # names and shapes
-        super().__init__(config.vocab_size, max_batch, max_context)
+        super().__init__(config.vocab_size, max_batch, max_context, max_tokens)
         self.config, self.mode, self.torch = config, mode, torch
-        self.tiles = tiles or gpu_tiles(config, max_batch)
+        self.tiles = tiles or gpu_tiles(config, self.max_tokens)
         self.program = build_decode_program(config, max_batch, max_context, self.tiles,
+                                            max_tokens=self.max_tokens,
                                             weight_dtype="bfloat16", cache_dtype=cache_dtype)
         start = time.perf_counter()
         _say(progress, f"compiling the {mode} decode megakernel ({config.architecture}, "
                        f"{config.num_layers} layers, {len(self.program.grids)} task grids, "
-                       f"B <= {max_batch})")
+                       f"{max_batch} requests, B <= {self.max_tokens} tokens a step)")
         self.kernel = Megakernel(self.program, mode, **kernel)
         self.compile_s = time.perf_counter() - start
         _say(progress, f"compiled in {self.compile_s:.1f} s "
@@ -103,26 +106,29 @@ class GpuDecodeSession(RequestSlots):
             for kv in "kv":
                 cache = torch.zeros(shape, dtype=dtype, device="cuda")
                 out[cache_name(kv, layer)] = out[cache_name(kv, layer, out=True)] = cache
-        # tokens, positions and slots: rows of one buffer, written by one copy a step
-        self._requests = torch.zeros(3, self.max_batch, dtype=torch.int32, device="cuda")
-        for row, name in enumerate(PER_REQUEST):
+        # tokens, positions, slots and starts: rows of one buffer, written by one copy a step
+        self._requests = torch.zeros(len(PER_TOKEN), self.max_tokens, dtype=torch.int32,
+                                     device="cuda")
+        for row, name in enumerate(PER_TOKEN):
             out[name] = self._requests[row]
         return out
 
     def feed(self, batch: int) -> dict[str, Any]:
-        """The launch's tensors for `batch` requests: the per-request inputs are the first
+        """The launch's tensors for `batch` tokens: the per-token inputs are the first
         `batch` entries of fixed buffers (their pointers, so the launch arguments, do not
         change from step to step)."""
-        return {n: t[:batch] if n in PER_REQUEST else t for n, t in self.tensors.items()}
+        return {n: t[:batch] if n in PER_TOKEN else t for n, t in self.tensors.items()}
 
-    def set_requests(self, tokens, positions, slots) -> None:
-        """The first len(tokens) entries of the per-request buffers (one host-to-device
-        copy): each request's token, position and cache slot."""
-        values = np.stack([np.asarray(v, np.int32) for v in (tokens, positions, slots)])
+    def set_requests(self, tokens, positions, slots, starts=None) -> None:
+        """The first len(tokens) entries of the per-token buffers (one host-to-device copy):
+        each token's id, position, cache slot and the row of its request's first token in
+        the step (default: its own row, one token per request)."""
+        starts = np.arange(len(tokens)) if starts is None else starts
+        values = np.stack([np.asarray(v, np.int32) for v in (tokens, positions, slots, starts)])
         self._requests[:, :values.shape[1]].copy_(self.torch.from_numpy(values))
 
     def launch(self, batch: int, stream=None):
-        """Launch one step for the first `batch` requests of the per-request buffers;
+        """Launch one step for the first `batch` tokens of the per-token buffers;
         returns the launch state (for `kernel.sync`). A batch size's first launch binds the
         tensors and uploads the launch arguments; later ones relaunch them as they are (the
         pointers never change)."""
@@ -136,13 +142,13 @@ class GpuDecodeSession(RequestSlots):
 
     def step(self, request_ids: Sequence[Hashable], tokens: Sequence[int] | np.ndarray,
              mode: str | None = None) -> StepResult:
-        """Run one new token per request (see `admit`), append each request's k and v at
-        its position and advance it. The logits are the launch's CUDA tensor, overwritten
-        by the next step of the same batch size."""
+        """Run the step's tokens (see `admit`), append each token's k and v at its position
+        and advance its request. The logits are the launch's CUDA tensor, overwritten by the
+        next step of the same number of tokens."""
         if mode not in (None, self.mode):
             raise ValueError(f"this session's megakernel is compiled for mode '{self.mode}'")
-        toks, slots, pos = self.admit(request_ids, tokens)
-        self.set_requests(toks, pos, slots)
+        toks, slots, pos, starts = self.admit(request_ids, tokens)
+        self.set_requests(toks, pos, slots, starts)
         st = self.launch(len(toks))
         self.kernel.sync(st)
         self.advance(request_ids)

@@ -25,6 +25,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from ..dtypes import round_to_dtype
 from .config import ModelConfig
 from .weights import check_weights
 
@@ -95,10 +96,12 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
 class ReferenceModel:
     """The model of `config` with `weights` (HF names, as `load_checkpoint` or
     `random_weights` give them) and a KV cache per request id. Weights are converted once to
-    `compute_dtype` (float64 doubles the memory of float32 weights)."""
+    `compute_dtype` (float64 doubles the memory of float32 weights). With `cache_dtype`
+    (e.g. "bfloat16") the cached keys and values are rounded to that dtype, as a cache of
+    that dtype holds them; a step's own new keys and values enter its attention unrounded."""
 
     def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray],
-                 compute_dtype: type[np.floating] = np.float64):
+                 compute_dtype: type[np.floating] = np.float64, cache_dtype: str | None = None):
         check_weights(config, weights)
         self.config = config
         self.dtype = np.dtype(compute_dtype)
@@ -109,6 +112,7 @@ class ReferenceModel:
         self.lm_head = self.w["model.embed_tokens.weight" if config.tie_word_embeddings
                               else "lm_head.weight"]
         self.inv_freq = rope_inv_freq(config)
+        self.cache_dtype = cache_dtype
         # request id -> per layer (keys [S, K, D], values [S, K, D]) after RoPE
         self._kv: dict[Hashable, list[tuple[np.ndarray, np.ndarray]]] = {}
 
@@ -184,9 +188,15 @@ class ReferenceModel:
             past_k, past_v = self._kv[rid][layer]
             keys = np.concatenate([past_k, k[idx]])
             values = np.concatenate([past_v, v[idx]])
-            self._kv[rid][layer] = (keys, values)
+            self._kv[rid][layer] = (self._cached(keys), self._cached(values))
             out[idx] = causal_attention(q[idx], keys, values)
         return out.reshape(T, cfg.q_size) @ w[p + "o_proj.weight"].T
+
+    def _cached(self, a: np.ndarray) -> np.ndarray:
+        """`a` as the cache holds it (rounded to `cache_dtype`, in the compute dtype)."""
+        if self.cache_dtype is None:
+            return a
+        return round_to_dtype(self.cache_dtype, a).astype(self.dtype)
 
     def _mlp(self, layer: int, h: np.ndarray) -> np.ndarray:
         """SiLU-gated MLP of layer `layer` on the normed rows h [T, E]: [T, E]."""

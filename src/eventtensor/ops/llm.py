@@ -147,14 +147,15 @@ def _attention_flops(reads, writes, params) -> int:
 
 @task_kind("decode_attention", _attention_flops)
 def decode_attention(ctx: TaskContext) -> Out:
-    """Split-KV decode attention of one (request b, KV chunk c, KV head h) tile, task
-    coordinate t = (b * chunks + c) * kv_heads + h (params chunks, kv_heads, chunk = T):
-    the G query heads q [1, G*D] (params q) attend over the cached keys and values
-    [T, D] of positions T*c .. T*c + T - 1 (params k_cache, v_cache) that lie below the
-    request's position (params pos) and, when the position falls in this chunk, over the
-    new key and value [1, D] (params k_new, v_new); later positions are masked. Writes the
-    normalised partial output [G, D] (params out) and its log-sum-exp [G] (params lse; -inf
-    and a zero output for a chunk with no visible position), scale 1/sqrt(D)."""
+    """Split-KV attention of one (token b, KV chunk c, KV head h) tile, task coordinate
+    t = (b * chunks + c) * kv_heads + h (params chunks, kv_heads, chunk = T): the G query
+    heads q [1, G*D] (params q) of the token at position p (params pos) attend, within the
+    positions T*c .. T*c + T - 1, over the n new keys and values [n, D] of its request in
+    this step (params k_new, v_new; the last one its own, at p, the first at p0 = p - n + 1)
+    where they fall in the chunk, and over the cached keys and values [T, D] (params
+    k_cache, v_cache) of the chunk's positions below p0; later positions are masked. Writes
+    the normalised partial output [G, D] (params out) and its log-sum-exp [G] (params lse;
+    -inf and a zero output for a chunk with no visible position), scale 1/sqrt(D)."""
     p = ctx.params
     T, kv_heads, chunks = int(p["chunk"]), int(p["kv_heads"]), int(p["chunks"])
     (t,) = ctx.coords.values()
@@ -163,11 +164,12 @@ def decode_attention(ctx: TaskContext) -> Out:
     kc, vc = _role(ctx, "k_cache"), _role(ctx, "v_cache")
     D = kc.shape[-1]
     q = _role(ctx, "q").reshape(-1, D)                                        # [G, D]
-    past = int(np.clip(pos - start, 0, kc.size // D))
-    keys, values = kc.reshape(-1, D)[:past], vc.reshape(-1, D)[:past]
-    if start <= pos < start + T:
-        keys = np.concatenate([keys, _role(ctx, "k_new").reshape(1, D)])
-        values = np.concatenate([values, _role(ctx, "v_new").reshape(1, D)])
+    k_new, v_new = _role(ctx, "k_new").reshape(-1, D), _role(ctx, "v_new").reshape(-1, D)
+    p0 = pos - len(k_new) + 1
+    past = int(np.clip(p0 - start, 0, kc.size // D))
+    lo, hi = max(0, start - p0), max(0, min(len(k_new), start + T - p0))
+    keys = np.concatenate([kc.reshape(-1, D)[:past], k_new[lo:hi]])
+    values = np.concatenate([vc.reshape(-1, D)[:past], v_new[lo:hi]])
     if len(keys) == 0:
         o, lse = np.zeros_like(q), np.full(len(q), -np.inf)
     else:

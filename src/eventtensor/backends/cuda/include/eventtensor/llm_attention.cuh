@@ -439,13 +439,14 @@ struct EtAttnTiles {
     EtTileT<O> out, lse;
 };
 
-// decode_attention, any tiles (index vectors, unaligned rows, any G and D): keys in blocks of
-// what et_llm_smem holds, scores by a thread per (head, key), an online softmax (warp per head:
-// running max M, sum Z, rescale F) and the output accumulated in the out tile, a thread per
-// (head, column).
+// decode_attention, any tiles (index vectors, unaligned rows, any G and D, several new rows):
+// keys 0 .. past - 1 from the cache rows, then the new rows first_new, first_new + 1, ...;
+// keys in blocks of what et_llm_smem holds, scores by a thread per (head, key), an online
+// softmax (warp per head: running max M, sum Z, rescale F) and the output accumulated in the
+// out tile, a thread per (head, column).
 template <typename X, typename C, typename O>
 __device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a, int G, int D,
-                                                  int past, int keys) {
+                                                  int past, int first_new, int keys) {
     const EtTileT<X>&q = a.q, &kn = a.kn, &vn = a.vn;
     const EtTileT<C>&kc = a.kc, &vc = a.vc;
     const EtTileT<O>&out = a.out, &lse = a.lse;
@@ -455,15 +456,16 @@ __device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a,
     float* M = S + block * G;
     float* Z = M + G;
     float* F = Z + G;
-    const long long q0 = et_row_off(q, 0), kn0 = et_row_off(kn, 0), vn0 = et_row_off(vn, 0);
+    const long long q0 = et_row_off(q, 0);
     const int lq = q.rank - 1, lk = kc.rank - 1, lv = vc.rank - 1, lo = out.rank - 1;
+    const int nb0 = first_new - past;  // new row of key j >= past: nb0 + j
     auto key = [&](int j, int d) {
         return j < past ? et_to_float(kc.p[et_row_off(kc, j) + et_off(kc, lk, d)])
-                        : et_to_float(kn.p[kn0 + et_off(kn, kn.rank - 1, d)]);
+                        : et_to_float(kn.p[et_row_off(kn, nb0 + j) + et_off(kn, kn.rank - 1, d)]);
     };
     auto val = [&](int j, int d) {
         return j < past ? et_to_float(vc.p[et_row_off(vc, j) + et_off(vc, lv, d)])
-                        : et_to_float(vn.p[vn0 + et_off(vn, vn.rank - 1, d)]);
+                        : et_to_float(vn.p[et_row_off(vn, nb0 + j) + et_off(vn, vn.rank - 1, d)]);
     };
     auto at = [&](int e) { return out.p + et_row_off(out, e / D) + et_off(out, lo, e % D); };
     for (int e = threadIdx.x; e < G * D; e += blockDim.x) *at(e) = et_from_float<O>(0.f);
@@ -513,15 +515,16 @@ __device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a,
     __syncthreads();
 }
 
-// decode_attention: tile t = (b*chunks + c)*kv_heads + h of request b, KV chunk c (positions
-// start = chunk*c ..), KV head h: the G query heads q [1, G*D] over the cache rows k_cache,
-// v_cache [1, 1, T', D] below the request's position p = pos[0] (rows at or past p are never
-// read) and, when start <= p < start + chunk, the new key and value k_new, v_new [1, D];
-// out [1, G, 1, D] the normalised softmax(q K^T / sqrt(D)) V, lse [1, G, 1] the natural
-// log-sum-exp of the scaled scores; with nothing visible lse = -inf and out = 0. The fast path
-// (et_attention_fast) takes float q, k_new, v_new runs and cache rows of whole aligned
-// 16-byte words with 4 to 32 words per row and G <= 8 (256 threads); anything else the
-// generic path.
+// decode_attention: tile t = (b*chunks + c)*kv_heads + h of token b, KV chunk c (positions
+// start = chunk*c ..), KV head h: the G query heads q [1, G*D] of the token at position
+// p = pos[0], over the n new keys and values k_new, v_new [n, D] of its request in this step
+// (positions p0 = p - n + 1 .. p) that fall in the chunk and the cache rows k_cache, v_cache
+// [1, 1, T', D] of the chunk below p0 (rows at or past p0 are never read); out [1, G, 1, D]
+// the normalised softmax(q K^T / sqrt(D)) V, lse [1, G, 1] the natural log-sum-exp of the
+// scaled scores; with nothing visible lse = -inf and out = 0. The fast path
+// (et_attention_fast) takes one new row (decode), float q, k_new, v_new runs and cache rows
+// of whole aligned 16-byte words with 4 to 32 words per row and G <= 8 (256 threads);
+// anything else the generic path.
 template <typename X, typename C, typename O>
 __device__ __forceinline__ void et_body_decode_attention(
     const EtTileT<X>& q, const EtTileT<C>& k_cache, const EtTileT<C>& v_cache,
@@ -529,9 +532,12 @@ __device__ __forceinline__ void et_body_decode_attention(
     const EtTileT<O>& lse, int chunk, int chunks, int kv_heads, int t) {
     const int D = (int)k_cache.n[k_cache.rank - 1], rows = et_rows(k_cache);
     const int G = (int)(q.n[q.rank - 1] / D), start = chunk * ((t / kv_heads) % chunks);
-    const int p = pos.p[et_off(pos, pos.rank - 1, 0)];
-    const int past = p - start < 0 ? 0 : p - start < rows ? p - start : rows;
-    const int keys = past + (start <= p && p < start + chunk);
+    const int p = pos.p[et_off(pos, pos.rank - 1, 0)], n_new = et_rows(k_new);
+    const int p0 = p - n_new + 1;
+    const int past = p0 - start < 0 ? 0 : p0 - start < rows ? p0 - start : rows;
+    const int first = start - p0 > 0 ? start - p0 : 0;
+    const int end = start + chunk - p0 < n_new ? start + chunk - p0 : n_new;
+    const int keys = past + (end > first ? end - first : 0);
     if (keys == 0) {
         for (int e = threadIdx.x; e < G * D; e += blockDim.x)
             out.p[et_row_off(out, e / D) + et_off(out, out.rank - 1, e % D)] =
@@ -558,7 +564,7 @@ __device__ __forceinline__ void et_body_decode_attention(
         return;
     }
     const EtAttnTiles<X, C, O> all = {q, k_new, v_new, k_cache, v_cache, out, lse};
-    et_attention_generic(all, G, D, past, keys);
+    et_attention_generic(all, G, D, past, first, keys);
 }
 
 // ------------------------------------------------------------------ attn_merge

@@ -1,0 +1,137 @@
+"""A measured profile of decode steps on the megakernel: per-task global-timer stamps of one
+step, as a Perfetto (Chrome trace-event) JSON and a Gantt PNG per batch size, and a summary of
+where the step's time goes (by task kind).
+
+    PYTHONPATH=src python3 benchmarks/decode_trace_bench.py --model llama-3.2-1b \
+        --batches 1,16 --context 512 --mode static --out DIR
+
+Every request sits at position context - 1 of its own cache slot, over caches of random
+values (as in decode_bench.py). Each batch size runs a few plain steps first, then one
+profiled step; the step time with and without profiling (CUDA events, median of --iters) is
+reported beside the trace, so the stamps' own cost is visible. Writes decode_trace_B<b>.json
+and .png, decode_trace.json (the summaries) and decode_trace.md under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from eventtensor.models import get_config  # noqa: E402
+from eventtensor.trace import Trace  # noqa: E402
+
+
+def kind_summary(trace: Trace) -> list[dict]:
+    """Per task kind: tasks, summed body time (µs) and its share of all body time, the
+    latest end (µs from the first fetch); sorted by summed time."""
+    rows: dict[str, dict] = defaultdict(lambda: {"tasks": 0, "body_us": 0.0, "last_end_us": 0.0})
+    for s in trace.spans:
+        r = rows[s.kind]
+        r["tasks"] += 1
+        r["body_us"] += s.end_us - s.start_us
+        r["last_end_us"] = max(r["last_end_us"], s.end_us - trace.t0_us)
+    total = sum(r["body_us"] for r in rows.values()) or 1.0
+    out = [{"kind": k, **r, "share": r["body_us"] / total} for k, r in rows.items()]
+    return sorted(out, key=lambda r: -r["body_us"])
+
+
+def markdown(meta: dict, results: list[dict]) -> str:
+    lines = [f"# Decode step profile: {meta['model']}, {meta['mode']} mode, context "
+             f"{meta['context']}", "",
+             f"{meta['date']}, commit {meta['commit']}, {meta['gpu']}. Command: "
+             f"`{meta['command']}`", ""]
+    for r in results:
+        lines += [f"## B = {r['batch']}", "",
+                  f"step {r['step_ms']:.3f} ms plain, {r['profiled_ms']:.3f} ms profiled; "
+                  f"trace makespan {r['makespan_us']:.1f} µs over {r['ctas']} CTAs, busy "
+                  f"{100 * r['busy']:.0f}% (body time / CTAs x makespan)", "",
+                  "| kind | tasks | body µs (sum) | share | last end µs |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| {k['kind']} | {k['tasks']} | {k['body_us']:.1f} | "
+                  f"{100 * k['share']:.1f}% | {k['last_end_us']:.1f} |" for k in r["kinds"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _median_ms(torch, fn, iters: int) -> float:
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return float(np.median(times))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="llama-3.2-1b")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--mode", default="static")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args(argv)
+    import subprocess
+
+    import torch
+
+    from eventtensor.models.gpu_decode import GpuDecodeSession
+    from eventtensor.models.weights import random_weights_on_gpu
+    if not torch.cuda.is_available():
+        raise SystemExit("decode_trace_bench needs a CUDA GPU")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = get_config(args.model)
+    batches = sorted({int(b) for b in args.batches.split(",")})
+    print(f"[decode_trace] {args.model}: weights, compile", file=sys.stderr, flush=True)
+    session = GpuDecodeSession(cfg, random_weights_on_gpu(cfg, seed=0), max(batches),
+                               args.context, mode=args.mode)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for name, t in session.tensors.items():
+        if name.endswith("_cache"):
+            t.copy_(torch.randn(t.shape, generator=gen, device="cuda"))
+    kernel, results = session.kernel, []
+    for b in batches:
+        tokens = np.random.default_rng(b).integers(0, cfg.vocab_size, b)
+        session.set_requests(tokens, np.full(b, args.context - 1), np.arange(b))
+        st = session.launch(b)
+        kernel.sync(st)
+        plain = _median_ms(torch, lambda: kernel.relaunch(st), args.iters)
+        prof = kernel.launch({"B": b}, session.feed(b), profile=True)
+        kernel.sync(prof)
+        profiled = _median_ms(torch, lambda: kernel.relaunch(prof), args.iters)
+        trace = kernel.trace(prof, f"{args.model} decode step, B={b}, context {args.context}, "
+                                   f"{args.mode}")
+        trace.save_json(out / f"decode_trace_B{b}.json")
+        trace.save_png(out / f"decode_trace_B{b}.png")
+        results.append({"batch": b, "step_ms": plain, "profiled_ms": profiled,
+                        "makespan_us": trace.makespan_us, "busy": trace.busy_fraction(),
+                        "ctas": trace.num_sms, "kinds": kind_summary(trace)})
+        print(f"[decode_trace] B={b}: {plain:.3f} ms ({profiled:.3f} ms profiled), "
+              f"makespan {trace.makespan_us:.1f} us", file=sys.stderr, flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "unknown"
+    meta = {"model": args.model, "mode": args.mode, "context": args.context,
+            "date": time.strftime("%Y-%m-%d"), "commit": commit,
+            "gpu": torch.cuda.get_device_name(),
+            "command": "python3 benchmarks/decode_trace_bench.py " + " ".join(
+                argv if argv is not None else sys.argv[1:])}
+    (out / "decode_trace.json").write_text(json.dumps({"meta": meta, "results": results},
+                                                      indent=1))
+    (out / "decode_trace.md").write_text(markdown(meta, results))
+    print(markdown(meta, results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
