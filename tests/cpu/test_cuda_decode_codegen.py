@@ -94,3 +94,12 @@ def test_decode_kernels_compile_for_sm90a(name, mode):
     assert "et_body_decode_attention(" in src and "et_body_linear_partial(" in src
     c = compile_source(src, kernel_name(p, mode))
     assert c.cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("name, bits", [("tiny-llama", 1 << 2), ("llama-3.2-1b", 1 << 4),
+                                        ("qwen3-8b", 1 << 4)])
+def test_only_the_attention_instances_the_program_uses(name, bits):
+    """The kernel compiles the fast attention path for its own query heads per KV head
+    (tiny-llama 2, Llama-3.2-1B and Qwen3-8B 4), not for all three group sizes."""
+    _, p = decode_program(name, layers=1)
+    assert f"#define ET_ATTN_GROUPS {bits}\n" in generate(p, "static")

@@ -208,6 +208,20 @@ class _Gen:
         return out
 
 
+def _attention_groups(p: Program) -> list[str]:
+    """The define of llm_attention.cuh's ET_ATTN_GROUPS naming only the fast-path instances
+    (GP 2, 4 or 8 of G query heads per KV head) that the decode_attention grids of `p` use;
+    none without such grids (the header's default then compiles all)."""
+    bits = 0
+    for grid in p.grids:
+        if grid.kind != "decode_attention":
+            continue
+        q, cache = (p.tensor(str(grid.param_dict[n])) for n in ("q", "k_cache"))
+        G = q.shape[-1].value // cache.shape[-1].value // int(grid.param_dict["kv_heads"])
+        bits |= 1 << (2 if G <= 2 else 4 if G <= 4 else 8)
+    return [f"#define ET_ATTN_GROUPS {bits}"] if bits else []
+
+
 def generate(p: Program, mode: str, ctas_per_sm: int = 1,
              knobs: Mapping[str, int] | None = None) -> str:
     """CUDA source of the megakernel for program `p` (after the pass pipeline), its registers
@@ -247,6 +261,7 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
            *(["#define ET_HYBRID 1"] if mode == "hybrid" else []),
            *([f"#define ET_NUM_TENSORS {len(p.tensors)}"] if uses_tensor_table(p) else []),
            *(f"#define {name} {value}" for name, value in sorted(knobs.items())),
+           *_attention_groups(p),
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"',

@@ -515,6 +515,12 @@ __device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a,
     __syncthreads();
 }
 
+// The fast-path instances compiled: bit gp set for GP = gp (2, 4, 8); a kernel whose attention
+// tiles all have one group size defines only its bit (each instance is seconds of compile).
+#ifndef ET_ATTN_GROUPS
+#define ET_ATTN_GROUPS ((1 << 2) | (1 << 4) | (1 << 8))
+#endif
+
 // decode_attention: tile t = (b*chunks + c)*kv_heads + h of token b, KV chunk c (positions
 // start = chunk*c ..), KV head h: the G query heads q [1, G*D] of the token at position
 // p = pos[0], over the n new keys and values k_new, v_new [n, D] of its request in this step
@@ -549,7 +555,8 @@ __device__ __forceinline__ void et_body_decode_attention(
     }
     constexpr int V = 16 / (int)sizeof(C);
     const int gp = G <= 2 ? 2 : G <= 4 ? 4 : 8;
-    if (blockDim.x == 256 && G >= 1 && G <= 8 && D / V >= 4 && D / V <= 32 &&
+    if (((ET_ATTN_GROUPS >> gp) & 1) && blockDim.x == 256 && G >= 1 && G <= 8 && D / V >= 4 &&
+        D / V <= 32 &&
         keys * gp <= ET_LLM_SMEM_BYTES / 4 && et_kv_rows(k_cache) && et_kv_rows(v_cache) &&
         et_float_run(q) && et_float_run(k_new) && et_float_run(v_new) && out.rank == 4 &&
         lse.rank == 3 && et_plain(out) && et_plain(lse)) {
@@ -558,10 +565,12 @@ __device__ __forceinline__ void et_body_decode_attention(
                                 k_cache.p, v_cache.p, out.p, lse.p,
                                 (int)k_cache.s[r], (int)v_cache.s[r], (int)out.s[1],
                                 (int)out.s[3], (int)lse.s[1], G, D, past, keys};
-        if (gp == 2) et_attention_fast<2>(a);
-        else if (gp == 4) et_attention_fast<4>(a);
-        else et_attention_fast<8>(a);
-        return;
+        if constexpr ((ET_ATTN_GROUPS >> 2) & 1)
+            if (gp == 2) return et_attention_fast<2>(a);
+        if constexpr ((ET_ATTN_GROUPS >> 4) & 1)
+            if (gp == 4) return et_attention_fast<4>(a);
+        if constexpr ((ET_ATTN_GROUPS >> 8) & 1)
+            if (gp == 8) return et_attention_fast<8>(a);
     }
     const EtAttnTiles<X, C, O> all = {q, k_new, v_new, k_cache, v_cache, out, lse};
     et_attention_generic(all, G, D, past, first, keys);
