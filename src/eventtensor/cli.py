@@ -154,8 +154,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"layers, {len(prompts)} request(s), batch {args.batch or len(prompts)}, "
           f"{args.max_new_tokens} new tokens each ({where}, {args.mode} schedule)", flush=True)
     t0 = time.perf_counter()
-    outs = generate(model, prompts, args.max_new_tokens, batch=args.batch, mode=args.mode,
-                    num_sms=args.sms, device=device)
+    outs = generate(model, prompts, args.max_new_tokens, batch=args.batch,
+                    step_tokens=args.step_tokens, mode=args.mode, num_sms=args.sms,
+                    device=device)
     for i, (prompt, new) in enumerate(zip(prompts, outs)):
         line = f"[{i}] {','.join(map(str, prompt))} -> {','.join(map(str, new))}"
         if model.tokenizer is not None:
@@ -219,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--prompt", action="append", help="one text prompt (needs tokenizer.json)")
     g.add_argument("--max-new-tokens", type=int, default=16)
     g.add_argument("--batch", type=int, help="requests at once (default: all prompts)")
+    g.add_argument("--step-tokens", type=int,
+                   help="tokens a step takes: one per decoding request, the rest prompt "
+                        "chunks (default: the batch, or the longest prompt up to 64)")
     g.add_argument("--mode", choices=("static", "dynamic", "unfused"), default="static")
     g.add_argument("--sms", type=int, default=8, help="virtual SMs of the interpreter")
     g.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",

@@ -26,6 +26,9 @@ def test_named_config_generates_the_reference_tokens(capsys, name):
     assert got == ref.greedy_generate([[1, 2, 3], [7], [250, 4]], 6)
     assert main(args + ["--batch", "1"]) == 0  # one request at a time: the same tokens
     assert _tokens(capsys.readouterr().out) == got
+    for step_tokens in ("3", "8"):  # prompts one token a step; prompts in whole chunks
+        assert main(args + ["--step-tokens", step_tokens]) == 0
+        assert _tokens(capsys.readouterr().out) == got
 
 
 def test_checkpoint_folder_with_tokenizer_takes_text_prompts(tmp_path, capsys):
@@ -54,6 +57,8 @@ def test_checkpoint_folder_with_tokenizer_takes_text_prompts(tmp_path, capsys):
     (["--model", "tiny-llama", "--prompt-ids", "1", "--max-new-tokens", "0"],
      "max_new_tokens must be at least 1"),
     (["--model", "tiny-llama", "--prompt-ids", "300"], "token ids must lie in [0, 256)"),
+    (["--model", "tiny-llama", "--prompt-ids", "1", "--prompt-ids", "2", "--step-tokens", "1"],
+     "step_tokens 1 must be at least the batch (2)"),
 ])
 def test_bad_generate_arguments_are_named(capsys, args, message):
     assert main(["generate", *args]) == 1

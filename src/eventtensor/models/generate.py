@@ -75,17 +75,24 @@ def resolve_device(device: str) -> str:
 
 
 def generate(model: OpenModel, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
-             batch: int | None = None, mode: str = "static", num_sms: int = 8,
-             tiles: DecodeTiles | None = None, device: str = "cpu") -> list[list[int]]:
+             batch: int | None = None, step_tokens: int | None = None, mode: str = "static",
+             num_sms: int = 8, tiles: DecodeTiles | None = None,
+             device: str = "cpu") -> list[list[int]]:
     """The `max_new_tokens` greedy tokens of every prompt (token ids). At most `batch`
-    requests (default: all prompts) run at once; the others join as slots free up. The KV
-    cache holds every prompt with its new tokens. `device` "gpu": the megakernel on all SMs
-    (`num_sms` is the interpreter's); "cpu": the interpreter on `num_sms` virtual SMs."""
+    requests (default: all prompts) run at once; the others join as slots free up. A step
+    takes up to `step_tokens` tokens (default: the batch, or the longest prompt up to 64 if
+    that is more): one per decoding request, the rest prompt chunks. The KV cache holds
+    every prompt with its new tokens. `device` "gpu": the megakernel on all SMs (`num_sms`
+    is the interpreter's); "cpu": the interpreter on `num_sms` virtual SMs."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("give at least one prompt, each with at least one token")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     batch = min(batch or len(prompts), len(prompts))
+    if step_tokens is not None and step_tokens < batch:
+        raise ValueError(f"step_tokens {step_tokens} must be at least the batch ({batch}): "
+                         "every decoding request brings a token to each step")
+    step_tokens = step_tokens or max(batch, min(64, max(len(p) for p in prompts)))
     context = max(len(p) for p in prompts) + max_new_tokens
     if context > model.config.max_position_embeddings:
         raise ValueError(f"prompt plus new tokens need {context} positions; the model has "
@@ -93,8 +100,9 @@ def generate(model: OpenModel, prompts: Sequence[Sequence[int]], max_new_tokens:
     if resolve_device(device) == "gpu":
         from .gpu_decode import GpuDecodeSession
         session: DecodeSession | GpuDecodeSession = GpuDecodeSession(
-            model.config, model.weights, batch, context, tiles, mode=mode)
+            model.config, model.weights, batch, context, tiles, mode=mode,
+            max_tokens=step_tokens)
     else:
         session = DecodeSession(model.config, model.weights, batch, context, tiles, mode=mode,
-                                num_sms=num_sms)
+                                max_tokens=step_tokens, num_sms=num_sms)
     return greedy_generate(session, [list(p) for p in prompts], max_new_tokens)
