@@ -6,7 +6,7 @@ where the step's time goes (by task kind).
         --batches 1,16 --context 512 --mode static --out DIR
 
 Every request sits at position context - 1 of its own cache slot, over caches of random
-values (as in decode_bench.py). Each batch size runs a few plain steps first, then one
+values, in the kernel decode_bench.py times (B <= 64, 1024 positions: its compile is cached). Each batch size runs a few plain steps first, then one
 profiled step; the step time with and without profiling (CUDA events, median of --iters) is
 reported beside the trace, so the stamps' own cost is visible. Writes decode_trace_B<b>.json
 and .png, decode_trace.json (the summaries) and decode_trace.md under --out.
@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--mode", default="static")
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--max-batch", type=int, default=64,
+                    help="the kernel's maximum batch (default 64, decode_bench's kernel)")
+    ap.add_argument("--max-context", type=int, default=1024)
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
     import subprocess
@@ -94,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = get_config(args.model)
     batches = sorted({int(b) for b in args.batches.split(",")})
     print(f"[decode_trace] {args.model}: weights, compile", file=sys.stderr, flush=True)
-    session = GpuDecodeSession(cfg, random_weights_on_gpu(cfg, seed=0), max(batches),
-                               args.context, mode=args.mode)
+    session = GpuDecodeSession(cfg, random_weights_on_gpu(cfg, seed=0),
+                               max(args.max_batch, *batches),
+                               max(args.max_context, args.context), mode=args.mode)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for name, t in session.tensors.items():
         if name.endswith("_cache"):

@@ -359,6 +359,10 @@ def build() -> Program:
     attention_case(prog, rng, B, 4, 64, 128, 64, 100, (0, 1), idx=True)
     attention_case(prog, rng, F, 10, 32, 96, 32, 40, (0, 1, 2))
     attention_case(prog, rng, B, 8, 32, 1200, 600, 1100, (0, 1), **one)
+    # tiny-llama's layout with a bf16 cache (2 words per row: the generic path), slot 1 of 3,
+    # one chunk longer than the cache
+    for pos in (0, 1, 2, 40):
+        attention_case(prog, rng, B, 2, 16, 64, 128, pos, (0,), slot=1, slots=3)
     # a prompt chunk: several new rows (the generic path), inside and across chunk boundaries
     attention_case(prog, rng, B, 4, 64, 256, 64, 100, (0, 1, 2), new=5)   # rows 96 .. 100
     attention_case(prog, rng, F, 4, 64, 256, 64, 70, (0, 1, 2), new=71)   # the whole prompt
