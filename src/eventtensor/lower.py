@@ -208,8 +208,18 @@ def build_tables(b: Bound) -> Tables:
     notify_ptr, notify_elem = _pairs_csr(b.num_tasks, notifies, unique=False)
     skip_ptr, skip_elem = _pairs_csr(b.num_tasks, skips, unique=False)
     notify_count = np.bincount(notify_elem, minlength=b.num_elements).astype(np.int64)
-    return Tables(b, wait_ptr, wait_elem, notify_ptr, notify_elem, event_targets(b, notify_count),
+    target = event_targets(b, notify_count)
+    wait_elem = _runtime_counts_last(wait_ptr, wait_elem, target)
+    return Tables(b, wait_ptr, wait_elem, notify_ptr, notify_elem, target,
                   dyn, trig, notify_count, skip_ptr, skip_elem)
+
+
+def _runtime_counts_last(ptr: np.ndarray, elems: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Each task's waits with the elements whose count is read at run time last (otherwise
+    in element order): a static schedule reads such a count when its wait starts, after the
+    task's other waits, one of which orders the count's writer before it."""
+    tasks = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+    return elems[np.lexsort((elems, target[elems] == RUNTIME, tasks))]
 
 
 def event_targets(b: Bound, notify_count: np.ndarray) -> np.ndarray:

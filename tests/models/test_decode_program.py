@@ -227,7 +227,7 @@ def test_fine_grained_events(name):
     assert deps("l0_attn(1)") == {"l0_qk_rope(0, 1)", "plan(0)"}
     assert deps("l0_kv_append(2, 1)") == {"l0_qk_rope(1, 1)"}
     assert deps("l0_qk_rope(1, 0)") == {f"l0_{p}_proj(1, 0, {s})" for p in "qkv" for s in (0, 1)}
-    assert deps("l0_attn_merge(2, 1)") == {"l0_attn(9)", "l0_attn(11)"}
+    assert deps("l0_attn_merge(2, 1)") == {"l0_attn(9)", "l0_attn(11)", "plan(0)"}
     # o_proj split s reads the heads of KV group s: only their merges
     assert deps("l0_o_proj(1, 0, 1)") == {"l0_attn_merge(2, 1)"}
     assert deps("l1_down_proj(0, 1, 1)") == {"l1_silu_mul(0, 1)"}

@@ -37,8 +37,9 @@ Per layer l, tiles and events (events come from the tile regions unless named he
                           0 .. b's (those of its request's earlier tokens among them) and
                           head h, and on `planned`, which triggers only the tiles of chunks
                           0..pos_b // T: chunks past a token's position are never run
-  attn_merge (B, K)       waits on `l{l}_attn_done[b, h]`, whose wait count n_b is read at
-                          run time from attn_plan; reads the n_b chunk partials
+  attn_merge (B, K)       waits on `planned` (so attn_plan is written), then on
+                          `l{l}_attn_done[b, h]`, whose wait count n_b is read at run time
+                          from attn_plan; reads the n_b chunk partials
   o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
   attn_residual (mb)      x + sum of o partials; mlp_norm (mb)
   gate/up_proj (mb, F/tile, S), silu_mul (mb, F/tile), down_proj (mb, E/tile, Sd): a down
@@ -249,7 +250,8 @@ class _Decode:
         pb.grid(p + "attn_merge", "attn_merge", "bh", (B, K),
                 reads={p + "o_chunks": f"b, {G}*h:{G}*h + {G}, {live}, :",
                        p + "lse": f"b, {G}*h:{G}*h + {G}, {live}"},
-                writes={p + "attn": f"b, {head['q']}"}, wait={p + "attn_done": "bh->bh"},
+                writes={p + "attn": f"b, {head['q']}"},
+                wait={"planned": "bh->b", p + "attn_done": "bh->bh"},
                 params={"parts": p + "o_chunks", "lse": p + "lse", "span_hint": self.NC})
         n_e = -(-E // t.n_tile)
         self.linear(p + "o_proj", p + "attn", self.w(i, "self_attn.o_proj"), p + "o_part",

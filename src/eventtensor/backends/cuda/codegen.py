@@ -249,6 +249,8 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
     dynamic = mode in ("dynamic", "hybrid")  # the device queue's counter protocol
     if dynamic:
         _check_triggers(p)
+    else:
+        _check_runtime_counts(p)
     if SYM_BASE + len(p.symbols) > MAX_SLOTS:
         raise UnsupportedOnGpu(f"program '{p.name}' has {len(p.symbols)} symbols; the launch "
                                f"arguments hold {MAX_SLOTS - SYM_BASE}")
@@ -560,6 +562,29 @@ def _runtime_counts(g: _Gen) -> list[str]:
                 f"        return {g.load(ld, g.event_ren(ev))};", "    }"]
     out += ["    return 0;", "}", ""]
     return out
+
+
+def _check_runtime_counts(p: Program) -> None:
+    """A static schedule reads a wait count that a task writes (event `runtime_count`) when
+    the wait starts, after the waiting task's other waits (lower.py orders them so): one of
+    them must be on an event that the count's writer notifies, so that the count is written
+    and visible by then."""
+    for ev in p.events:
+        ld = ev.runtime_count
+        if ld is None:
+            continue
+        writers = {g.name for g in p.grids if any(r.tensor == ld.tensor for r in g.writes)}
+        notified = {e.event for e in p.edges if e.kind == "notify" and e.grid in writers}
+        for w in p.edges:
+            if w.kind != "wait" or w.event != ev.name or not writers:
+                continue
+            own = {e.event for e in p.edges if e.grid == w.grid and e.kind == "wait"}
+            if not own & notified:
+                raise UnsupportedOnGpu(
+                    f"task grid '{w.grid}' waits on event '{ev.name}', whose wait count is "
+                    f"read from tensor '{ld.tensor}' (written by {', '.join(sorted(writers))}), "
+                    f"but waits on no event those grids notify: a static schedule could read "
+                    f"the count before it is written; add such a wait")
 
 
 def _check_triggers(p: Program) -> None:
