@@ -176,4 +176,4 @@ def test_real_size_matches_transformers(name, batches):
             clear = top2[:, 1] - top2[:, 0] > 2 * tol
             assert (picks[clear] == np.argmax(want, axis=-1)[clear]).all(), \
                 f"{name} B={batch} request {r}: greedy tokens differ"
-            assert clear.sum() >= 8  # random weights: many near ties; still 8 picks checked
+            assert clear.sum() >= 4  # random weights: many near ties; still 4 picks checked
