@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, t in session.tensors.items():
         if name.endswith("_cache"):
             t.copy_(torch.randn(t.shape, generator=gen, device="cuda"))
-    kernel, results = session.kernel, []
+    kernel, results, traces = session.kernel, [], []
     for b in batches:
         tokens = np.random.default_rng(b).integers(0, cfg.vocab_size, b)
         session.set_requests(tokens, np.full(b, args.context - 1), np.arange(b))
@@ -116,13 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         profiled = _median_ms(torch, lambda: kernel.relaunch(prof), args.iters)
         trace = kernel.trace(prof, f"{args.model} decode step, B={b}, context {args.context}, "
                                    f"{args.mode}")
-        trace.save_json(out / f"decode_trace_B{b}.json")
-        trace.save_png(out / f"decode_trace_B{b}.png")
         results.append({"batch": b, "step_ms": plain, "profiled_ms": profiled,
                         "makespan_us": trace.makespan_us, "busy": trace.busy_fraction(),
                         "ctas": trace.num_sms, "kinds": kind_summary(trace)})
         print(f"[decode_trace] B={b}: {plain:.3f} ms ({profiled:.3f} ms profiled), "
               f"makespan {trace.makespan_us:.1f} us", file=sys.stderr, flush=True)
+        traces.append((b, trace))
+    # the numbers first, then the files (a Gantt chart of ~36k tasks takes half a minute)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "unknown"
     meta = {"model": args.model, "mode": args.mode, "context": args.context,
@@ -133,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "decode_trace.json").write_text(json.dumps({"meta": meta, "results": results},
                                                       indent=1))
     (out / "decode_trace.md").write_text(markdown(meta, results))
-    print(markdown(meta, results))
+    print(markdown(meta, results), flush=True)
+    for b, trace in traces:
+        trace.save_json(out / f"decode_trace_B{b}.json")
+        trace.save_png(out / f"decode_trace_B{b}.png")
     return 0
 
 

@@ -63,8 +63,9 @@ __device__ void et_notify_watched(const long long* A, int rec) {
 // Thread 0: the wait count of runtime-count element x is `count` (its tensor was written by
 // this CTA, or is an input). The first arming holds (a negative count never completes); the
 // armer completes x if the notifies already reached the count. The fence makes the arming a
-// release: a task waiting on x sees what this CTA wrote.
-__device__ void et_arm(const long long* A, int x, long long count) {
+// release: a task waiting on x sees what this CTA wrote. Not inlined: a count tensor may arm
+// the elements of many events (one per layer), each a loop calling this.
+__device__ __noinline__ void et_arm(const long long* A, int x, long long count) {
     u64* c = &ET_COUNTER[x];
     const u64 n = (u64)count & ET_COUNT_MASK;
     __threadfence();
