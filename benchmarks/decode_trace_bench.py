@@ -6,10 +6,11 @@ where the step's time goes (by task kind).
         --batches 1,16 --context 512 --mode static --out DIR
 
 Every request sits at position context - 1 of its own cache slot, over caches of random
-values, in the kernel decode_bench.py times (B <= 64, 1024 positions: its compile is cached). Each batch size runs a few plain steps first, then one
-profiled step; the step time with and without profiling (CUDA events, median of --iters) is
-reported beside the trace, so the stamps' own cost is visible. Writes decode_trace_B<b>.json
-and .png, decode_trace.json (the summaries) and decode_trace.md under --out.
+values, in the kernel decode_bench.py times (B <= 64, 1024 positions: its compile is cached).
+Each batch size runs a few plain steps first, then one profiled step; the step time with and
+without profiling (CUDA events, median of --iters) is reported beside the trace, so the
+stamps' own cost is visible. Writes decode_trace.json (the summaries), decode_trace.md and,
+last, decode_trace_B<b>.json and .png under --out.
 """
 from __future__ import annotations
 
@@ -110,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         session.set_requests(tokens, np.full(b, args.context - 1), np.arange(b))
         st = session.launch(b)
         kernel.sync(st)
-        plain = _median_ms(torch, lambda: kernel.relaunch(st), args.iters)
+        plain = _median_ms(torch, lambda st=st: kernel.relaunch(st), args.iters)
         prof = kernel.launch({"B": b}, session.feed(b), profile=True)
         kernel.sync(prof)
-        profiled = _median_ms(torch, lambda: kernel.relaunch(prof), args.iters)
+        profiled = _median_ms(torch, lambda prof=prof: kernel.relaunch(prof), args.iters)
         trace = kernel.trace(prof, f"{args.model} decode step, B={b}, context {args.context}, "
                                    f"{args.mode}")
         results.append({"batch": b, "step_ms": plain, "profiled_ms": profiled,

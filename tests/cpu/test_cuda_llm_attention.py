@@ -277,7 +277,7 @@ def attention_case(prog, rng, cache_dtype, G, D, C, T, pos, chunks, idx=False, *
     for c in chunks:
         a.chunk(c, idx)
     a.check(f"attention {cache_dtype} G={G} D={D} C={C} T={T} p={pos} chunks={chunks}"
-            f"{' idx' if idx else ''}{' new=%d' % layout['new'] if 'new' in layout else ''}")
+            f"{' idx' if idx else ''}{' new=' + str(layout['new']) if 'new' in layout else ''}")
 
 
 def merge_case(prog, rng, G, D, m, dead=(), K=2, h=1, NC=None):

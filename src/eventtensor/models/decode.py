@@ -469,7 +469,7 @@ def greedy_generate(session: RequestSlots, prompts: Sequence[Sequence[int]],
         raise ValueError("need one non-empty prompt, budget and start step per request")
     if prompt_chunk is not None and prompt_chunk < 1:
         raise ValueError(f"prompt_chunk must be positive, got {prompt_chunk}")
-    cap = getattr(session, "max_tokens", None) or getattr(session, "max_batch")
+    cap = getattr(session, "max_tokens", None) or session.max_batch
     out: list[list[int]] = [[] for _ in prompts]
     ids = [object() for _ in prompts]
     fed = [0] * n

@@ -21,7 +21,7 @@ from ...dtypes import round_to_dtype
 from ...errors import DeadlockError
 from ...ir import Program, TensorDecl
 from ...lower import Tables, bind, build_tables
-from ...schedule import StaticTemplate, prepare, schedule
+from ...schedule import StaticTemplate, schedule
 from ...schedule.simulate import default_dynamic_grids
 from ...trace import TaskSpan, Trace
 from .codegen import (
@@ -34,6 +34,7 @@ from .codegen import (
     uses_tensor_table,
 )
 from .compiler import compile_source
+from .prepared import prepare_cached
 
 THREADS = 256  # threads per CTA (runtime.cuh ET_THREADS)
 
@@ -318,7 +319,7 @@ class Megakernel:
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
-        self.program = prepare(program, mode)
+        self.program = prepare_cached(program, mode)
         self.dynamic_grids = tuple(dynamic_grids if dynamic_grids is not None else
                                    default_dynamic_grids(self.program)) \
             if mode == "hybrid" else ()
