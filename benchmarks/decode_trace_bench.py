@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eventtensor.models import get_config  # noqa: E402
 
@@ -71,18 +72,6 @@ def markdown(meta: dict, results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _median_ms(torch, fn, iters: int) -> float:
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return float(np.median(times))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="llama-3.2-1b")
@@ -95,9 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-context", type=int, default=1024)
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
-    import subprocess
-
     import torch
+    from decode_bench import git_commit, time_ms
 
     from eventtensor.models.gpu_decode import GpuDecodeSession
     from eventtensor.models.weights import random_weights_on_gpu
@@ -111,20 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     session = GpuDecodeSession(cfg, random_weights_on_gpu(cfg, seed=0),
                                max(args.max_batch, *batches),
                                max(args.max_context, args.context), mode=args.mode)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    for name, t in session.tensors.items():
-        if name.endswith("_cache"):
-            t.copy_(torch.randn(t.shape, generator=gen, device="cuda"))
+    session.fill_caches(seed=0)
     kernel, results, traces = session.kernel, [], []
     for b in batches:
         tokens = np.random.default_rng(b).integers(0, cfg.vocab_size, b)
         session.set_requests(tokens, np.full(b, args.context - 1), np.arange(b))
         st = session.launch(b)
         kernel.sync(st)
-        plain = _median_ms(torch, lambda st=st: kernel.relaunch(st), args.iters)
+        plain = time_ms(lambda st=st: kernel.relaunch(st), args.iters, warmup=3)
         prof = kernel.launch({"B": b}, session.feed(b), profile=True)
         kernel.sync(prof)
-        profiled = _median_ms(torch, lambda prof=prof: kernel.relaunch(prof), args.iters)
+        profiled = time_ms(lambda prof=prof: kernel.relaunch(prof), args.iters, warmup=3)
         trace = kernel.trace(prof, f"{args.model} decode step, B={b}, context {args.context}, "
                                    f"{args.mode}")
         results.append({"batch": b, "step_ms": plain, "profiled_ms": profiled,
@@ -134,10 +119,8 @@ def main(argv: list[str] | None = None) -> int:
               f"makespan {trace.makespan_us:.1f} us", file=sys.stderr, flush=True)
         traces.append((b, trace))
     # the numbers first, then the files (a Gantt chart of ~36k tasks takes half a minute)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
     meta = {"model": args.model, "mode": args.mode, "context": args.context,
-            "date": time.strftime("%Y-%m-%d"), "commit": commit,
+            "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
             "gpu": torch.cuda.get_device_name(),
             "command": "python3 benchmarks/decode_trace_bench.py " + " ".join(
                 argv if argv is not None else sys.argv[1:])}

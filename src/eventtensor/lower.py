@@ -218,8 +218,11 @@ def _runtime_counts_last(ptr: np.ndarray, elems: np.ndarray, target: np.ndarray)
     """Each task's waits with the elements whose count is read at run time last (otherwise
     in element order): a static schedule reads such a count when its wait starts, after the
     task's other waits, one of which orders the count's writer before it."""
+    runtime = target[elems] == RUNTIME
+    if not runtime.any():
+        return elems
     tasks = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
-    return elems[np.lexsort((elems, target[elems] == RUNTIME, tasks))]
+    return elems[np.lexsort((elems, runtime, tasks))]
 
 
 def event_targets(b: Bound, notify_count: np.ndarray) -> np.ndarray:

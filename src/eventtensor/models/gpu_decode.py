@@ -113,6 +113,15 @@ class GpuDecodeSession(RequestSlots):
             out[name] = self._requests[row]
         return out
 
+    def fill_caches(self, seed: int) -> None:
+        """Every KV cache row set to seeded standard-normal values (benchmarks: attention
+        reads real numbers at any position)."""
+        gen = self.torch.Generator(device="cuda").manual_seed(seed)
+        for layer in range(self.config.num_layers):
+            for kv in "kv":
+                t = self.tensors[cache_name(kv, layer)]
+                t.copy_(self.torch.randn(t.shape, generator=gen, device="cuda"))
+
     def feed(self, batch: int) -> dict[str, Any]:
         """The launch's tensors for `batch` tokens: the per-token inputs are the first
         `batch` entries of fixed buffers (their pointers, so the launch arguments, do not
@@ -171,7 +180,6 @@ def bench_paths(config: ModelConfig, weights: Mapping[str, Any], batch: int, con
     up to its maximum; each callable's `compile_s` is its session's compile time (once for
     all batch sizes) and `warmup_s` the first launch for this batch size (building its
     tables). A mode that fails is returned as its exception."""
-    import torch
     paths: dict[str, Any] = {}
     for mode in modes:
         key = (config, mode, max_batch, max(max_context, context))
@@ -179,10 +187,7 @@ def bench_paths(config: ModelConfig, weights: Mapping[str, Any], batch: int, con
             session = _bench_sessions.get(key)
             if session is None:
                 session = GpuDecodeSession(config, weights, max_batch, int(key[3]), mode=mode)
-                gen = torch.Generator(device="cuda").manual_seed(0)
-                for name, t in session.tensors.items():
-                    if name.endswith("_cache"):
-                        t.copy_(torch.randn(t.shape, generator=gen, device="cuda"))
+                session.fill_caches(seed=0)
                 _bench_sessions[key] = session
             tokens = np.random.default_rng(batch).integers(0, config.vocab_size, batch)
             session.set_requests(tokens, np.full(batch, context - 1), np.arange(batch))

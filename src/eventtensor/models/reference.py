@@ -188,14 +188,15 @@ class ReferenceModel:
             past_k, past_v = self._kv[rid][layer]
             keys = np.concatenate([past_k, k[idx]])
             values = np.concatenate([past_v, v[idx]])
-            self._kv[rid][layer] = (self._cached(keys), self._cached(values))
             out[idx] = causal_attention(q[idx], keys, values)
+            if self.cache_dtype is not None:  # the new rows as the cache holds them
+                keys = np.concatenate([past_k, self._cached(k[idx])])
+                values = np.concatenate([past_v, self._cached(v[idx])])
+            self._kv[rid][layer] = (keys, values)
         return out.reshape(T, cfg.q_size) @ w[p + "o_proj.weight"].T
 
     def _cached(self, a: np.ndarray) -> np.ndarray:
-        """`a` as the cache holds it (rounded to `cache_dtype`, in the compute dtype)."""
-        if self.cache_dtype is None:
-            return a
+        """`a` rounded to `cache_dtype`, in the compute dtype."""
         return round_to_dtype(self.cache_dtype, a).astype(self.dtype)
 
     def _mlp(self, layer: int, h: np.ndarray) -> np.ndarray:
