@@ -72,8 +72,10 @@ def markdown(meta: dict, results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def step_args(description: str) -> argparse.ArgumentParser:
+    """The options of the decode-step benchmarks: model, batch sizes, context, mode, timed
+    steps, the kernel's maxima and the output folder."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--model", default="llama-3.2-1b")
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--context", type=int, default=512)
@@ -83,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the kernel's maximum batch (default 64, decode_bench's kernel)")
     ap.add_argument("--max-context", type=int, default=1024)
     ap.add_argument("--out", default="benchmarks/results")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = step_args(__doc__.split("\n\n")[0]).parse_args(argv)
     import torch
     from decode_bench import git_commit, time_ms
 

@@ -169,6 +169,10 @@ CASES = [
     linear(5, 256, 72, x_lo=(2, 256), w_shape=(200, 1024), w_lo=(128, 512)),
     linear(4, 256, 64, F), linear(16, 320, 40, F), linear(1, 2000, 33, F),
     linear(3, 64, 256, out=Tile((2, 3, 300), (1, 0, 44), (1, 3, 256))),
+    # one row, k of at most 16 words (256-row passes, x staged once for all passes), and
+    # one row over two x chunks with several passes (x restaged per pass)
+    linear(1, 128, 600), linear(1, 64, 256, x_lo=(0, 64), w_shape=(256, 256), w_lo=(0, 128)),
+    linear(1, 4096, 300), linear(4, 128, 520),
     # linear_partial, lane groups (et_dot2): k not a multiple of 8, unaligned weight rows
     linear(5, 100, 48), linear(3, 64, 20, w_lo=(0, 4)), linear(2, 37, 16, F),
     linear(17, 30, 24, w_shape=(24, 31)),

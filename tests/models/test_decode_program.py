@@ -12,6 +12,7 @@ from eventtensor.models.decode import (
     build_decode_program,
     greedy_generate,
     tensor_name,
+    tiles_with,
 )
 from eventtensor.models.reference import apply_rope, causal_attention, rms_norm, rope_cos_sin
 from eventtensor.ops import KINDS, TaskContext
@@ -202,6 +203,19 @@ def test_session_contract():
         build_decode_program(cfg, 2, 32, DecodeTiles(k_split=3))
 
 
+def test_tiles_with_parses_fields_and_names_bad_ones():
+    base = DecodeTiles(rows=4, mlp_split=2)
+    got = tiles_with(base, "norm_rows=8, residual_tile=256,mlp_split=none")
+    assert got == DecodeTiles(rows=4, norm_rows=8, residual_tile=256)
+    assert tiles_with(base, "") == base
+    with pytest.raises(ValueError, match="norm_row"):
+        tiles_with(base, "norm_row=8")
+    with pytest.raises(ValueError, match="tiles.rows"):
+        tiles_with(base, "rows=0")
+    with pytest.raises(ValueError, match="tiles.rows"):
+        tiles_with(base, "rows=none")
+
+
 # ------------------------------------------------------------------ event structure
 
 def _producers(tables, names: dict[str, int], task: str) -> set[str]:
@@ -231,7 +245,7 @@ def test_fine_grained_events(name):
     # o_proj split s reads the heads of KV group s: only their merges
     assert deps("l0_o_proj(1, 0, 1)") == {"l0_attn_merge(2, 1)"}
     assert deps("l1_down_proj(0, 1, 1)") == {"l1_silu_mul(0, 1)"}
-    assert deps("l1_attn_norm(1)") == {"l0_mlp_residual(1)"}
+    assert deps("l1_attn_norm(1)") == {"l0_mlp_residual(1, 0)"}
     assert deps("argmax(1)") == {f"argmax_tile(1, {n})" for n in range(4)}
     done = program.event("l0_attn_done")
     assert done.runtime_count is not None and str(done.runtime_count) == "attn_plan[k, 2]"
@@ -243,6 +257,41 @@ def test_fine_grained_events(name):
         assert cost.bytes > 0 and cost.flops >= 0, g
     assert grid_costs(program, {"B": 3})["l0_q_proj"].flops == 2 * 2 * 32 * cfg.group_size \
         * cfg.head_dim
+
+
+NORM_TILES = DecodeTiles(rows=2, k_split=2, mlp_split=1, n_tile=32, ffn_tile=64,
+                         vocab_tile=64, kv_chunk=16, norm_rows=1, residual_tile=32)
+
+
+def test_norm_and_residual_tiles():
+    """Norms of one row, residual adds of one row by half of E, gate/up unsplit: each norm
+    waits on both column tiles of its row's residual, a projection row tile on its rows'
+    norms, a residual tile on the partials of its columns only."""
+    cfg = CONFIGS["tiny-llama"]
+    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, NORM_TILES))
+    tables = build_tables(bind(program, {"B": 3}))
+    b = tables.bound
+    names = {b.task_name(t): t for t in range(b.num_tasks)}
+    deps = lambda task: _producers(tables, names, task)  # noqa: E731
+    assert deps("l1_attn_norm(2)") == {"l0_mlp_residual(2, 0)", "l0_mlp_residual(2, 1)"}
+    assert deps("l0_q_proj(1, 0, 1)") == {"l0_attn_norm(2)"}
+    assert deps("l0_gate_proj(0, 1, 0)") == {"l0_mlp_norm(0)", "l0_mlp_norm(1)"}
+    assert deps("l0_mlp_residual(1, 1)") == {"l0_attn_residual(1, 1)", "l0_down_proj(0, 1, 0)",
+                                             "l0_down_proj(0, 1, 1)"}
+    assert "l0_gate_proj(0, 1, 1)" not in names
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_norm_and_residual_tiles_match_reference(model, mode):
+    cfg, weights = model
+    session = DecodeSession(cfg, weights, MAX_BATCH, MAX_CONTEXT, NORM_TILES, num_sms=4,
+                            cache_fill=np.nan, mode=mode)
+    ref = ReferenceModel(cfg, weights)
+    rng = np.random.default_rng(3)
+    ids = ["a", "b", "c"]
+    for _ in range(3):
+        tokens = rng.integers(0, cfg.vocab_size, 3)
+        _close(session.step(ids, tokens).logits, ref.step(tokens, ids))
 
 
 # ------------------------------------------------------------------ task kinds

@@ -18,3 +18,17 @@ def test_kind_summary_sums_body_time_per_kind():
                            [{"batch": 1, "step_ms": 0.5, "profiled_ms": 0.6, "makespan_us": 6,
                              "ctas": 2, "busy": 0.4, "kinds": rows}])
     assert "| linear_partial | 2 | 4.0 | 80.0% | 4.0 |" in md and "## B = 1" in md
+
+
+def test_tiles_bench_markdown_row():
+    tiles = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" /
+                               "decode_tiles_bench.py"), run_name="decode_tiles_bench")
+    kinds = BENCH["kind_summary"]([("linear_partial", 30.0, 4.0), ("rms_norm", 10.0, 6.0)])
+    md = tiles["markdown"]({"model": "m", "mode": "static", "context": 8, "date": "d",
+                            "commit": "c", "gpu": "g", "command": "x"},
+                           [{"tiles_text": "", "batch": 1, "step_ms": 0.5, "floor_ms": 0.25,
+                             "kinds": kinds},
+                            {"tiles_text": "norm_rows=8", "batch": 16, "step_ms": 1.0,
+                             "floor_ms": 0.3, "kinds": kinds}])
+    assert "| `defaults` | 1 | 0.500 | 0.250 | 50% | linear_partial 30, rms_norm 10 |" in md
+    assert "| `norm_rows=8` | 16 | 1.000 | 0.300 | 30% |" in md

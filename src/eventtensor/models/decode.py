@@ -6,7 +6,9 @@ requests (cache slots): in decode each request brings one token; a prompt chunk 
 tokens of one request, adjacent and in order, causal among themselves. Each token sits at its
 own position (its request's cached tokens plus the request's tokens before it in the step)
 and gets its logits and greedy next token. Legend of `config.py` plus C max_context, T KV
-chunk, NC = cdiv(C, T) chunks, G = H/K, BM token rows of a tile, S split-K partials.
+chunk, NC = cdiv(C, T) chunks, G = H/K, BM token rows of a tile, S split-K partials, mn
+= cdiv(B, NR) tiles of NR rows (`norm_rows`) and RT columns (`residual_tile`) of the norms
+and residual adds.
 
 Inputs: every weight under `tensor_name(hf_name)` (the HF name with dots as underscores),
 tokens [B], positions [B], slots [B] (the cache slot of each token's request), starts [B]
@@ -29,7 +31,7 @@ same buffer as a cache input and its output (the only element both touch, the ne
 on the read side).
 
 Per layer l, tiles and events (events come from the tile regions unless named here):
-  attn_norm (mb)          x rows -> h rows
+  attn_norm (mn)          x rows -> h rows
   q/k/v_proj (mb, K, S)   h rows, split-K chunk s -> partials of KV head n (G*D or D columns)
   qk_rope (mb, K)         waits on the q, k, v tiles of its head -> q, k, v of head h
   kv_append (B, K)        waits on qk_rope of (b's rows, h) -> cache outputs at the position
@@ -41,10 +43,10 @@ Per layer l, tiles and events (events come from the tile regions unless named he
                           `l{l}_attn_done[b, h]`, whose wait count n_b is read at run time
                           from attn_plan; reads the n_b chunk partials
   o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
-  attn_residual (mb)      x + sum of o partials; mlp_norm (mb)
-  gate/up_proj (mb, F/tile, S), silu_mul (mb, F/tile), down_proj (mb, E/tile, Sd): a down
-  chunk waits on the SiLU tiles it reads; mlp_residual (mb) -> next layer's x rows
-then final_norm (mb), lm_head (mb, V/tile), argmax_tile (mb, V/tile), argmax (mb). Before the
+  attn_residual (mn, E/RT) x + sum of o partials; mlp_norm (mn)
+  gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/tile), down_proj (mb, E/tile, Sd): a down
+  chunk waits on the SiLU tiles it reads; mlp_residual (mn, E/RT) -> next layer's x rows
+then final_norm (mn), lm_head (mb, V/tile), argmax_tile (mb, V/tile), argmax (mb). Before the
 layers: plan (1 task: attn_plan [B, 3] from positions, notifies `planned`) and embed (B).
 
 Maps cannot compute with loaded values (`positions[b] // T + 1` is not a map), so the plan
@@ -56,7 +58,7 @@ attention tiles also wait on `planned` through an affine edge, and the plan is o
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -89,13 +91,35 @@ class DecodeTiles:
     counts must divide the dimension they split."""
 
     rows: int = 16                 # BM: requests per row tile
-    k_split: int = 1               # S: split-K of the projections reading E (q, k, v, gate, up)
+    k_split: int = 1               # S: split-K over E of q, k, v (and gate, up: mlp_split)
     o_split: int | None = None     # So: split of o_proj over H*D; None: one per KV group (K)
     n_tile: int = 128              # columns of an o_proj or down_proj tile (of E)
     ffn_tile: int = 128            # columns of a gate, up or SiLU tile (of F)
     down_split: int | None = None  # Sd: split of down_proj over F; None: one per ffn tile
     vocab_tile: int = 256          # columns of an LM-head tile (of V)
     kv_chunk: int = 64             # T: positions per attention tile
+    mlp_split: int | None = None   # split-K of gate and up over E; None: k_split
+    norm_rows: int | None = None   # rows of an RMSNorm or residual tile; None: rows
+    residual_tile: int | None = None  # columns of a residual tile (of E); None: all of E
+
+
+def tiles_with(base: DecodeTiles, text: str) -> DecodeTiles:
+    """`base` with the fields of `text`, "field=value,..." (value a positive integer, or
+    none for the fields whose default is None), e.g. "norm_rows=8,mlp_split=4"."""
+    known = {f.name for f in fields(DecodeTiles)}
+    changes: dict[str, int | None] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or key not in known:
+            raise ValueError(f"tiles: {item!r} is not field=value of a DecodeTiles field "
+                             f"({', '.join(sorted(known))})")
+        if value.lower() == "none" and getattr(DecodeTiles, key, 0) is None:
+            changes[key] = None
+        elif value.isdigit() and int(value) > 0:
+            changes[key] = int(value)
+        else:
+            raise ValueError(f"tiles.{key}: {value!r} is not a positive integer")
+    return replace(base, **changes)
 
 
 def _span(axis: str, size: int, total: int | str) -> str:
@@ -118,8 +142,9 @@ class _Decode:
     def __init__(self, config: ModelConfig, max_batch: int, max_context: int, max_tokens: int,
                  tiles: DecodeTiles, weight_dtype: str, cache_dtype: str, name: str):
         self.cfg, self.t = config, tiles
-        for field in ("rows", "n_tile", "ffn_tile", "vocab_tile", "kv_chunk"):
-            if getattr(tiles, field) < 1:
+        for field in ("rows", "n_tile", "ffn_tile", "vocab_tile", "kv_chunk", "norm_rows",
+                      "residual_tile"):
+            if getattr(tiles, field) is not None and getattr(tiles, field) < 1:
                 raise ValueError(f"tiles.{field} must be positive")
         if max_batch < 1 or max_context < 1 or max_tokens < 1:
             raise ValueError("max_batch, max_context and max_tokens must be positive")
@@ -131,6 +156,11 @@ class _Decode:
         self.NC = -(-max_context // tiles.kv_chunk)
         E, F, D = config.hidden_size, config.intermediate_size, config.head_dim
         self.ks = _split(E, tiles.k_split, "k_split")
+        self.mlp_split = tiles.mlp_split or tiles.k_split
+        self.ms = _split(E, self.mlp_split, "mlp_split")
+        self.nr = tiles.norm_rows or tiles.rows
+        self.norm_span, self.norm_tiles = _span("m", self.nr, "B"), sym.cdiv(self.B, self.nr)
+        self.res_tile = tiles.residual_tile or E
         self.qs = _split(config.q_size, tiles.o_split or config.num_kv_heads, "o_split")
         down = tiles.down_split or (F // tiles.ffn_tile if F % tiles.ffn_tile == 0 else 1)
         self.fs = _split(F, down, "down_split")
@@ -162,16 +192,22 @@ class _Decode:
                 writes={out: f"s, {rows}, {cols}"}, params={"x": x, "w": w})
 
     def norm(self, name: str, x: str, w: str, out: str) -> None:
+        """RMSNorm grid over tiles of `norm_rows` rows."""
+        rows = self.norm_span
         self.pb.temp(out, (self.B, self.cfg.hidden_size))
-        self.pb.grid(name, "rms_norm", "m", (self.mb,),
-                     reads={x: f"{self.rows}, :", w: ":"}, writes={out: f"{self.rows}, :"},
+        self.pb.grid(name, "rms_norm", "m", (self.norm_tiles,),
+                     reads={x: f"{rows}, :", w: ":"}, writes={out: f"{rows}, :"},
                      params={"x": x, "w": w, "eps": self.cfg.rms_norm_eps})
 
     def residual(self, name: str, x: str, parts: str, out: str) -> None:
-        self.pb.temp(out, (self.B, self.cfg.hidden_size))
-        self.pb.grid(name, "residual_add", "m", (self.mb,),
-                     reads={x: f"{self.rows}, :", parts: f":, {self.rows}, :"},
-                     writes={out: f"{self.rows}, :"}, params={"x": x, "parts": parts})
+        """x + the partials summed, over tiles of `norm_rows` rows by `residual_tile`
+        columns."""
+        E, tile = self.cfg.hidden_size, self.res_tile
+        rows, cols = self.norm_span, _span("n", tile, E)
+        self.pb.temp(out, (self.B, E))
+        self.pb.grid(name, "residual_add", "mn", (self.norm_tiles, -(-E // tile)),
+                     reads={x: f"{rows}, {cols}", parts: f":, {rows}, {cols}"},
+                     writes={out: f"{rows}, {cols}"}, params={"x": x, "parts": parts})
 
     # ------------------------------------------------------------------ program parts
     def prologue(self) -> str:
@@ -266,7 +302,7 @@ class _Decode:
         n_f = -(-F // t.ffn_tile)
         for proj in ("gate", "up"):
             self.linear(p + f"{proj}_proj", p + "h2", self.w(i, f"mlp.{proj}_proj"),
-                        p + f"{proj}_part", n_f, t.ffn_tile, F, t.k_split, self.ks)
+                        p + f"{proj}_part", n_f, t.ffn_tile, F, self.mlp_split, self.ms)
         cols = _span("n", t.ffn_tile, F)
         pb.temp(p + "act", (self.B, F))
         pb.grid(p + "silu_mul", "silu_mul", "mn", (self.mb, n_f),

@@ -467,9 +467,11 @@ struct EtLinear {
 // once per step (float4 loads) and applies it to its R rows. Each thread loads its share of
 // the next chunk into registers while the current one is used.
 // The lanes of a group sum their accumulators acc[u][r] (shuffles) and lane l stores the
-// cells with (u * NB + r) % 8 == l. Barriers: uniform (steps and chunks depend on k only);
-// the last one after the last read of the staged x. Not inlined: one copy per instance of
-// this large loop, whose call costs little next to its work.
+// cells with (u * NB + r) % 8 == l. For NB <= 4, a pass issues its first weight loads before
+// it stages x, so that the two travel together, and where all of k fits one chunk, x is
+// staged once, by the first pass, for every pass. Barriers: uniform (steps and chunks depend
+// on k only, passes on c); the last one after the last read of the staged x. Not inlined:
+// one copy per instance of this large loop, whose call costs little next to its work.
 template <int NB, int R, int KW, bool DB, typename X, typename W, typename O>
 __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtLinear g) {
     constexpr int V = 16 / sizeof(W), WS = V * NB + 4, STEP = 8 * KW;
@@ -495,6 +497,10 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
             if (f < XE) xs[kk / V * WS + kk % V * NB + r] = xv[i];
         }
     };
+    // NB <= 4: weights issued before x is staged, and x staged once for all passes where
+    // one chunk holds all of k (more rows: the registers go to the accumulators)
+    constexpr bool EARLY = NB <= 4;
+    const bool one_chunk = EARLY && steps <= S;
     for (int j0 = 0; j0 < g.cols; j0 += 32 * R) {
         const W* wg = w + (j0 + grp) * g.wr + lane * V;  // this thread's first row and word
         EtWord16 cur[R][KW], nxt[R][KW];
@@ -511,16 +517,19 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
                 }
         };
         float acc[R][NB] = {};
-        load_x(0);
-        store_x();
-        __syncthreads();
-        if (DB) load_w(cur, 0);
+        if (EARLY) load_w(cur, 0);
+        if (j0 == 0 || !one_chunk) {
+            load_x(0);
+            store_x();
+            __syncthreads();
+        }
+        if (!EARLY) load_w(cur, 0);
 #pragma unroll 1
         for (int s = 0; s < steps; ++s) {
             const int local = s % S;  // the step within its chunk
             if (local == 0 && s + S < steps) load_x(s / S + 1);
-            if (!DB) load_w(cur, s);
-            else if (s + 1 < steps) load_w(nxt, s + 1);
+            if (!DB && s > 0) load_w(cur, s);
+            else if (DB && s + 1 < steps) load_w(nxt, s + 1);
 #pragma unroll
             for (int m = 0; m < KW; ++m) {
                 const float* xw = xs + (STEP * local + 8 * m + lane) * WS;
@@ -548,7 +557,8 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
 #pragma unroll
                     for (int m = 0; m < KW; ++m) cur[u][m] = nxt[u][m];
         }
-        __syncthreads();  // every read of the staged x done: the next pass or body may write it
+        // every read of the staged x done: the next pass (restaging) or body may write it
+        if (!one_chunk || j0 + 32 * R >= g.cols) __syncthreads();
 #pragma unroll
         for (int o = 4; o > 0; o >>= 1)
 #pragma unroll
@@ -571,19 +581,23 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
 // rows rounded up to a power of two (so n <= 16 streams the weights once; more rows stream
 // them again per block, then mostly from L2). R = 4 rows per thread; 16 loads per thread in
 // flight for NB <= 2 (KW = 4, or KW = 2 double-buffered), 8 for NB = 4, 4 for NB = 8, 16,
-// whose accumulators take the registers. (Measured on an H200, one CTA per SM streaming
-// 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about 3.8 TB/s, n = 2
-// at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of device-to-device
-// copy.) Up to 255 registers, no spills, at one CTA per SM.
+// whose accumulators take the registers. One row with k of at most 16 words (split-K chunks
+// of 128 bf16): R = 8, KW = 2, so that a pass's 16 loads per thread are all live and cover
+// 256 weight rows (a 64 KB tile in one round of loads). (Measured on an H200, one CTA per
+// SM streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about
+// 3.8 TB/s, n = 2 at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of
+// device-to-device copy.) Up to 255 registers, no spills, at one CTA per SM.
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
+    constexpr int V = 16 / sizeof(W);
     const int rows = g.rows;
     for (int r0 = 0; r0 < rows; r0 += 16) {
         EtLinear b = g;
         b.rows = rows - r0 < 16 ? rows - r0 : 16;
         const X* xb = x + r0 * g.xr;
         O* ob = out + r0 * g.dr;
-        if (b.rows == 1) et_linear_words<1, 4, 4, false>(xb, w, ob, b);
+        if (b.rows == 1 && b.k <= 16 * V) et_linear_words<1, 8, 2, false>(xb, w, ob, b);
+        else if (b.rows == 1) et_linear_words<1, 4, 4, false>(xb, w, ob, b);
         else if (b.rows == 2) et_linear_words<2, 4, 2, true>(xb, w, ob, b);
         else if (b.rows <= 4) et_linear_words<4, 4, 2, false>(xb, w, ob, b);
         else if (b.rows <= 8) et_linear_words<8, 4, 1, false>(xb, w, ob, b);

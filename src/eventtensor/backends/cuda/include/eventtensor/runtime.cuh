@@ -266,11 +266,10 @@ __device__ __forceinline__ u64 et_poll(const u64* counter) {
 // sees it (an acquire load), or with relaxed polls an acquire fence after it, orders the
 // CTA's later reads after the producers' writes (ET_ACQUIRE_POLLS). With `nest` set (hybrid
 // mode), a blocked wait polls the device queue too and returns ET_WAIT_NEST with the popped
-// task in *nest.
-__device__ int et_wait(const long long* A, int x, int shift, long long count, long long task,
-                       int* nest) {
+// task in *nest. `v`: the wait's first poll of the counter.
+__device__ int et_wait_seen(const long long* A, int x, int shift, long long count,
+                            long long task, int* nest, u64 v) {
     u64* counter = &ET_COUNTER[x];
-    u64 v = et_poll(counter);
     if (!et_satisfied(v, shift, count)) {
         const u64 start = et_globaltimer();
         bool sleepy = false;
@@ -294,6 +293,10 @@ __device__ int et_wait(const long long* A, int x, int shift, long long count, lo
     }
     if (!ET_ACQUIRE_POLLS) et_fence_acquire();
     return ET_WAIT_OK;
+}
+__device__ __forceinline__ int et_wait(const long long* A, int x, int shift, long long count,
+                                       long long task, int* nest) {
+    return et_wait_seen(A, x, shift, count, task, nest, et_poll(&ET_COUNTER[x]));
 }
 
 // Thread 0: wait until element x reached its wait count.
@@ -359,13 +362,27 @@ struct EtView {
 // Thread 0: the table waits of `v`, then its data-dependent waits and trigger. 1: run the
 // body, 2: guarded (its barrier-style notifies are made here), 0: aborting, ET_WAIT_NEST: a
 // table wait was interrupted by the dynamic task in *nest (hybrid; wait again after it).
+// The first polls of ET_POLL_BATCH table waits go out together (satisfied waits cost one
+// round trip between them, not one each); then the waits are checked in table order, each
+// spinning until satisfied, so that a runtime wait count (static mode; such waits come
+// last) is read after the acquire that ends the waits before it.
+#define ET_POLL_BATCH 8
 __device__ int et_wait_task(const long long* A, const EtView& v, int* nest) {
-    for (int i = 0; i < v.num_waits; ++i) {
-        const int2 w = v.waits[i];
-        const int x = w.x & ET_ELEM_MASK;
-        const int r = et_wait(A, x, (w.x & ET_EARLY_BIT) ? 16 : 0, et_wait_count(A, x, w.y),
-                              v.task.id, nest);
-        if (r != ET_WAIT_OK) return r;
+    for (int i0 = 0; i0 < v.num_waits; i0 += ET_POLL_BATCH) {
+        u64 seen[ET_POLL_BATCH];
+#pragma unroll
+        for (int k = 0; k < ET_POLL_BATCH; ++k)
+            if (i0 + k < v.num_waits) seen[k] = et_poll(&ET_COUNTER[v.waits[i0 + k].x &
+                                                                    ET_ELEM_MASK]);
+#pragma unroll
+        for (int k = 0; k < ET_POLL_BATCH; ++k) {
+            if (i0 + k >= v.num_waits) break;
+            const int2 w = v.waits[i0 + k];
+            const int x = w.x & ET_ELEM_MASK;
+            const int r = et_wait_seen(A, x, (w.x & ET_EARLY_BIT) ? 16 : 0,
+                                       et_wait_count(A, x, w.y), v.task.id, nest, seen[k]);
+            if (r != ET_WAIT_OK) return r;
+        }
     }
     const int ok = et_extra_waits(A, v.task);
     if (ok == 2)

@@ -1,0 +1,112 @@
+"""Decode step time of the megakernel under several tile configurations, side by side in one
+process, with each configuration's summed task-body time per kind (from one profiled step).
+
+    PYTHONPATH=src python3 benchmarks/decode_tiles_bench.py --model llama-3.2-1b \
+        --batches 1,16 --context 512 --tiles "" --tiles "norm_rows=8,residual_tile=256" \
+        --out DIR
+
+Each --tiles is "field=value,..." over the H200 defaults (`gpu_tiles`; "" is the defaults
+themselves). Every configuration gets its own compiled kernel over the same random weights
+and caches (the position-context - 1 layout of decode_bench.py), the step time is the median
+of --iters CUDA-event-timed launches, and the memory floor (weights plus KV bytes over the
+measured copy bandwidth) stands beside it. Writes decode_tiles.json and decode_tiles.md.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decode_trace_bench import kind_summary, profile_tasks, step_args  # noqa: E402
+
+from eventtensor.models import get_config  # noqa: E402
+from eventtensor.models.decode import tiles_with  # noqa: E402
+
+
+def markdown(meta: dict, rows: list[dict]) -> str:
+    """One row per (configuration, batch): step time, its share of the floor, and the
+    three kinds with the most summed body time."""
+    lines = [f"# Decode tile configurations: {meta['model']}, {meta['mode']} mode, context "
+             f"{meta['context']}", "",
+             f"{meta['date']}, commit {meta['commit']}, {meta['gpu']}. Command: "
+             f"`{meta['command']}`", "",
+             "| tiles | B | step ms | floor ms | floor / step | top body sums (µs) |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        top = ", ".join(f"{k['kind']} {k['body_us']:.0f}" for k in r["kinds"][:3])
+        lines.append(f"| `{r['tiles_text'] or 'defaults'}` | {r['batch']} | {r['step_ms']:.3f} "
+                     f"| {r['floor_ms']:.3f} | {r['floor_ms'] / r['step_ms']:.0%} | {top} |")
+    return "\n".join(lines) + "\n"
+
+
+def measure(session, batch: int, context: int, iters: int, time_ms) -> tuple[float, list]:
+    """(median step ms, per-kind body summary of one profiled step) of `batch` requests at
+    position context - 1 of their own cache slots."""
+    kernel = session.kernel
+    tokens = np.random.default_rng(batch).integers(0, session.config.vocab_size, batch)
+    session.set_requests(tokens, np.full(batch, context - 1), np.arange(batch))
+    st = session.launch(batch)
+    kernel.sync(st)
+    step = time_ms(lambda: kernel.relaunch(st), iters, warmup=3)
+    prof = kernel.launch({"B": batch}, session.feed(batch), profile=True)
+    kernel.sync(prof)
+    return step, kind_summary(profile_tasks(kernel, prof))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = step_args(__doc__.split("\n\n")[0])
+    ap.add_argument("--tiles", action="append", help="field=value,... over gpu_tiles (repeat)")
+    args = ap.parse_args(argv)
+    import torch
+    from decode_bench import floor, git_commit, measure_copy_gb_s, time_ms
+
+    from eventtensor.models.gpu_decode import GpuDecodeSession, gpu_tiles
+    from eventtensor.models.weights import random_weights_on_gpu
+    if not torch.cuda.is_available():
+        raise SystemExit("decode_tiles_bench needs a CUDA GPU")
+    cfg = get_config(args.model)
+    batches = sorted({int(b) for b in args.batches.split(",")})
+    max_batch, max_context = max(args.max_batch, *batches), max(args.max_context, args.context)
+    base = gpu_tiles(cfg, max_batch)
+    configs = [(text, tiles_with(base, text)) for text in (args.tiles or [""])]
+    weights = random_weights_on_gpu(cfg, seed=0)
+    copy_gb_s = measure_copy_gb_s()
+    rows = []
+    for text, tiles in configs:
+        print(f"[decode_tiles] {args.model} tiles {text or 'defaults'}", file=sys.stderr,
+              flush=True)
+        session = GpuDecodeSession(cfg, weights, max_batch, max_context, tiles, mode=args.mode)
+        session.fill_caches(seed=0)
+        for b in batches:
+            step, kinds = measure(session, b, args.context, args.iters, time_ms)
+            fl = floor(cfg, b, args.context, copy_gb_s, float("inf"))
+            rows.append({"tiles_text": text, "tiles": asdict(tiles), "batch": b,
+                         "step_ms": step, "floor_ms": fl.memory_ms,
+                         "compile_s": session.compile_s, "kinds": kinds})
+            print(f"[decode_tiles]   B={b}: {step:.3f} ms (floor {fl.memory_ms:.3f} ms)",
+                  file=sys.stderr, flush=True)
+        del session
+        torch.cuda.empty_cache()
+    meta = {"model": args.model, "mode": args.mode, "context": args.context,
+            "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
+            "gpu": torch.cuda.get_device_name(), "copy_gb_s": copy_gb_s,
+            "command": "python3 benchmarks/decode_tiles_bench.py " + " ".join(
+                repr(a) if (not a or " " in a) else a
+                for a in (argv if argv is not None else sys.argv[1:]))}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "decode_tiles.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / "decode_tiles.md").write_text(markdown(meta, rows))
+    print(markdown(meta, rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
