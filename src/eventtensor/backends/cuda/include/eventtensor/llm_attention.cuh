@@ -65,6 +65,7 @@ __device__ __forceinline__ void et_rope_load(const EtTileT<T>& p, int r, int c0,
 #pragma unroll
     for (int t = 0; t < ET_ROPE_PAIRS; ++t) x1[t] = x2[t] = 0.f;
     const int S = (int)p.n[0];
+#pragma unroll 4  // the loads of 4 partials in flight together
     for (int s = 0; s < S; ++s) {
         const long long row = et_off(p, 0, s) + et_off(p, 1, r);
 #pragma unroll
@@ -101,8 +102,9 @@ __device__ __forceinline__ void et_rope_store(const EtTileT<O>& out, int r, int 
 // pos[r] * inv_freq[i], see et_rope_cos_sin); written to q_out [n, G*D], k_out and v_out
 // [n, D]. D even, D <= 512.
 // Mapping: a unit is (row, head j) with j < G a q head, j == G the k head, j == G + 1 v; a group
-// of 2^lg lanes (lg: pairs of the head split 8 or fewer per lane) takes a unit, lane l the
-// pairs (i, i + D/2) for i = l, l + 2^lg, ...; units go round-robin over the groups of the CTA.
+// of 2^lg lanes takes a unit, lane l the pairs (i, i + D/2) for i = l, l + 2^lg, ...; units go
+// round-robin over the groups of the CTA. lg: as many lanes (up to 32) as let every unit have
+// its own group, but at least enough for 8 or fewer pairs per lane.
 // The sum of squares of a head is a group sum, taken by every lane (uniform shuffles).
 template <typename Q, typename F, typename N, typename O>
 __device__ __forceinline__ void et_body_qk_norm_rope(
@@ -112,8 +114,9 @@ __device__ __forceinline__ void et_body_qk_norm_rope(
     float eps) {
     const int D = head_dim, half = D >> 1, n = (int)q.n[1], G = (int)(q.n[2] / D);
     const int heads = G + 2, units = n * heads;
-    int lg = et_log2_ceil((half + ET_ROPE_PAIRS - 1) / ET_ROPE_PAIRS);
-    lg = lg > 5 ? 5 : lg;
+    const int least = et_log2_ceil((half + ET_ROPE_PAIRS - 1) / ET_ROPE_PAIRS);
+    int lg = 5;
+    while (lg > least && (units << lg) > (int)blockDim.x) --lg;
     const int lanes = 1 << lg, l = threadIdx.x & (lanes - 1), groups = blockDim.x >> lg;
     const float inv_d = 1.f / (float)D;
     for (int u = threadIdx.x >> lg, u0 = (threadIdx.x & ~31u) >> lg; u0 < units;

@@ -22,6 +22,24 @@ __device__ __forceinline__ float et_word_at(const EtWord16& w, int e, const et_b
     return __uint_as_float(e & 1 ? w.u[e >> 1] & 0xffff0000u : w.u[e >> 1] << 16);
 }
 
+// A weight word of a linear body. With HINT (the knob ET_WEIGHTS_EVICT_FIRST set, and room
+// in the registers), loaded with an L2 evict-first policy (and not kept in L1): a step reads
+// each weight once, so that they leave L2 before the activations, caches and kernel code
+// that later tasks read again.
+#ifndef ET_WEIGHTS_EVICT_FIRST
+#define ET_WEIGHTS_EVICT_FIRST 0
+#endif
+template <bool HINT>
+__device__ __forceinline__ EtWord16 et_load_weight_word(const void* p) {
+    if constexpr (!HINT) return *reinterpret_cast<const EtWord16*>(p);
+    EtWord16 w;  // (volatile: the policy made beside each load, not held in registers)
+    asm volatile("{\n\t.reg .b64 policy;\n\t"
+        "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
+        "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], policy;\n\t}"
+        : "=r"(w.u[0]), "=r"(w.u[1]), "=r"(w.u[2]), "=r"(w.u[3]) : "l"(p));
+    return w;
+}
+
 // Four consecutive elements at p (aligned to 4 elements), as float.
 __device__ __forceinline__ float4 et_load4(const float* p) {
     return *reinterpret_cast<const float4*>(p);
@@ -499,7 +517,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     };
     // NB <= 4: weights issued before x is staged, and x staged once for all passes where
     // one chunk holds all of k (more rows: the registers go to the accumulators)
-    constexpr bool EARLY = NB <= 4;
+    constexpr bool EARLY = NB <= 4, HINT = ET_WEIGHTS_EVICT_FIRST && NB <= 4;
     const bool one_chunk = EARLY && steps <= S;
     for (int j0 = 0; j0 < g.cols; j0 += 32 * R) {
         const W* wg = w + (j0 + grp) * g.wr + lane * V;  // this thread's first row and word
@@ -511,8 +529,8 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
                 for (int u = 0; u < R; ++u) {
                     const int word = STEP * s + 8 * m;  // of lane 0
                     dst[u][m] = j0 + grp + 32 * u < g.cols && word + lane < words
-                                    ? *reinterpret_cast<const EtWord16*>(
-                                          wg + 32 * u * g.wr + word * V)
+                                    ? et_load_weight_word<HINT>(wg + 32 * u * g.wr +
+                                                                word * V)
                                     : EtWord16{};
                 }
         };
