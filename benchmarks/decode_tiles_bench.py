@@ -6,10 +6,11 @@ process, with each configuration's summed task-body time per kind (from one prof
         --out DIR
 
 Each --tiles is "field=value,..." over the H200 defaults (`gpu_tiles`; "" is the defaults
-themselves). Every configuration gets its own compiled kernel over the same random weights
-and caches (the position-context - 1 layout of decode_bench.py), the step time is the median
-of --iters CUDA-event-timed launches, and the memory floor (weights plus KV bytes over the
-measured copy bandwidth) stands beside it. Writes decode_tiles.json and decode_tiles.md.
+themselves); its items ET_*=N set device-library knobs and ctas_per_sm=N the CTAs per SM.
+Every configuration gets its own compiled kernel over the same random weights and caches
+(the position-context - 1 layout of decode_bench.py), the step time is the median of --iters
+CUDA-event-timed launches, and the memory floor (weights plus KV bytes over the measured copy
+bandwidth) stands beside it. Writes decode_tiles.json and decode_tiles.md.
 """
 from __future__ import annotations
 
@@ -28,6 +29,21 @@ from decode_trace_bench import kind_summary, profile_tasks, step_args  # noqa: E
 
 from eventtensor.models import get_config  # noqa: E402
 from eventtensor.models.decode import tiles_with  # noqa: E402
+
+
+def split_config(base, text: str) -> tuple[object, dict]:
+    """(tiles, Megakernel options) of a --tiles text: its ET_* items are device-library
+    knobs, ctas_per_sm=N the CTAs per SM, the rest fields of the tiles (`tiles_with`)."""
+    knobs, kernel, rest = {}, {}, []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        if key.startswith("ET_"):
+            knobs[key] = int(value)
+        elif key == "ctas_per_sm":
+            kernel[key] = int(value)
+        else:
+            rest.append(item)
+    return tiles_with(base, ",".join(rest)), {**kernel, **({"knobs": knobs} if knobs else {})}
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:
@@ -75,14 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     batches = sorted({int(b) for b in args.batches.split(",")})
     max_batch, max_context = max(args.max_batch, *batches), max(args.max_context, args.context)
     base = gpu_tiles(cfg, max_batch)
-    configs = [(text, tiles_with(base, text)) for text in (args.tiles or [""])]
+    configs = [(text, *split_config(base, text)) for text in (args.tiles or [""])]
     weights = random_weights_on_gpu(cfg, seed=0)
     copy_gb_s = measure_copy_gb_s()
     rows = []
-    for text, tiles in configs:
+    for text, tiles, kernel in configs:
         print(f"[decode_tiles] {args.model} tiles {text or 'defaults'}", file=sys.stderr,
               flush=True)
-        session = GpuDecodeSession(cfg, weights, max_batch, max_context, tiles, mode=args.mode)
+        session = GpuDecodeSession(cfg, weights, max_batch, max_context, tiles, mode=args.mode,
+                                   **kernel)
         session.fill_caches(seed=0)
         for b in batches:
             step, kinds = measure(session, b, args.context, args.iters, time_ms)

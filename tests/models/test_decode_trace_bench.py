@@ -32,3 +32,8 @@ def test_tiles_bench_markdown_row():
                              "floor_ms": 0.3, "kinds": kinds}])
     assert "| `defaults` | 1 | 0.500 | 0.250 | 50% | linear_partial 30, rms_norm 10 |" in md
     assert "| `norm_rows=8` | 16 | 1.000 | 0.300 | 30% |" in md
+    from eventtensor.models.decode import DecodeTiles
+    tiles_of, kernel = tiles["split_config"](DecodeTiles(), "ET_WEIGHTS_EVICT_FIRST=1, "
+                                             "norm_rows=8,ctas_per_sm=2")
+    assert tiles_of == DecodeTiles(norm_rows=8)
+    assert kernel == {"ctas_per_sm": 2, "knobs": {"ET_WEIGHTS_EVICT_FIRST": 1}}

@@ -34,12 +34,18 @@ PER_TOKEN = ("tokens", "positions", "slots", "starts")  # inputs of one entry pe
 def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     """Tiles for the H200: one row tile for up to 64 tokens (each weight tile is read once
     per step), split-K 16 over the hidden size so that the q, k and v projections have
-    16 * K tasks each, 256-column FFN tiles, 128-column output and vocabulary tiles and KV
-    chunks of 128 positions."""
-    k_split = 16 if config.hidden_size % 16 == 0 else 1
+    16 * K tasks each, and 4 for gate and up, 256-column FFN tiles, 128-column output and
+    vocabulary tiles, KV chunks of 128 positions, and norms and residual adds over tiles of
+    8 rows by 256 columns (benchmarks/results/decode_tiles.md: these norm, residual and
+    gate/up tiles took Llama-3.2-1B from 3.43 to 2.88 ms at B = 1 and 10.68 to 7.31 ms at
+    B = 16)."""
+    E = config.hidden_size
+    k_split = 16 if E % 16 == 0 else 1
+    mlp_split = 4 if E % 4 == 0 else 1
     ffn = 256 if config.intermediate_size % 256 == 0 else 128
     return DecodeTiles(rows=min(max_tokens, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
-                       vocab_tile=128, kv_chunk=128)
+                       vocab_tile=128, kv_chunk=128, mlp_split=mlp_split, norm_rows=8,
+                       residual_tile=256)
 
 
 def _say(progress: bool, message: str) -> None:
