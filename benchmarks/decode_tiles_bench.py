@@ -10,7 +10,8 @@ themselves); its items ET_*=N set device-library knobs and ctas_per_sm=N the CTA
 Every configuration gets its own compiled kernel over the same random weights and caches
 (the position-context - 1 layout of decode_bench.py), the step time is the median of --iters
 CUDA-event-timed launches, and the memory floor (weights plus KV bytes over the measured copy
-bandwidth) stands beside it. Writes decode_tiles.json and decode_tiles.md.
+bandwidth) stands beside it; each step's logits and picks are compared with the first
+configuration's. Writes decode_tiles.json and decode_tiles.md.
 """
 from __future__ import annotations
 
@@ -53,27 +54,43 @@ def markdown(meta: dict, rows: list[dict]) -> str:
              f"{meta['context']}", "",
              f"{meta['date']}, commit {meta['commit']}, {meta['gpu']}. Command: "
              f"`{meta['command']}`", "",
-             "| tiles | B | step ms | floor ms | floor / step | top body sums (µs) |",
-             "|---|---:|---:|---:|---:|---|"]
+             "The last two columns compare the step's logits and picks with those of the "
+             "first configuration at the same B (same weights, caches and tokens).", "",
+             "| tiles | B | step ms | floor ms | floor / step | top body sums (µs) "
+             "| logit diff / scale | same picks |",
+             "|---|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         top = ", ".join(f"{k['kind']} {k['body_us']:.0f}" for k in r["kinds"][:3])
         lines.append(f"| `{r['tiles_text'] or 'defaults'}` | {r['batch']} | {r['step_ms']:.3f} "
-                     f"| {r['floor_ms']:.3f} | {r['floor_ms'] / r['step_ms']:.0%} | {top} |")
+                     f"| {r['floor_ms']:.3f} | {r['floor_ms'] / r['step_ms']:.0%} | {top} "
+                     f"| {r['logit_err']:.1e} | {r['same_picks']:.0%} |")
     return "\n".join(lines) + "\n"
 
 
-def measure(session, batch: int, context: int, iters: int, time_ms) -> tuple[float, list]:
-    """(median step ms, per-kind body summary of one profiled step) of `batch` requests at
-    position context - 1 of their own cache slots."""
+def measure(session, batch: int, context: int, iters: int, time_ms):
+    """(median step ms, per-kind body summary of one profiled step, the first step's logits
+    and picks) of `batch` requests at position context - 1 of their own cache slots."""
     kernel = session.kernel
     tokens = np.random.default_rng(batch).integers(0, session.config.vocab_size, batch)
     session.set_requests(tokens, np.full(batch, context - 1), np.arange(batch))
     st = session.launch(batch)
     kernel.sync(st)
+    out = st.arrays["tensors"]
+    logits, picks = out["logits"].float().clone(), out["next_tokens"].cpu().numpy().copy()
     step = time_ms(lambda: kernel.relaunch(st), iters, warmup=3)
     prof = kernel.launch({"B": batch}, session.feed(batch), profile=True)
     kernel.sync(prof)
-    return step, kind_summary(profile_tasks(kernel, prof))
+    return step, kind_summary(profile_tasks(kernel, prof)), logits, picks
+
+
+def agreement(logits, picks, first) -> dict:
+    """How a configuration's step output compares with the first configuration's at the same
+    batch (same weights, caches and tokens): the largest logit difference over the first's
+    largest logit magnitude, and the share of equal picks."""
+    ref_logits, ref_picks = first
+    scale = float(ref_logits.abs().max())
+    return {"logit_err": float((logits - ref_logits).abs().max()) / scale,
+            "same_picks": float(np.mean(picks == ref_picks))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = [(text, *split_config(base, text)) for text in (args.tiles or [""])]
     weights = random_weights_on_gpu(cfg, seed=0)
     copy_gb_s = measure_copy_gb_s()
-    rows = []
+    rows, first = [], {}
     for text, tiles, kernel in configs:
         print(f"[decode_tiles] {args.model} tiles {text or 'defaults'}", file=sys.stderr,
               flush=True)
@@ -102,11 +119,13 @@ def main(argv: list[str] | None = None) -> int:
                                    **kernel)
         session.fill_caches(seed=0)
         for b in batches:
-            step, kinds = measure(session, b, args.context, args.iters, time_ms)
+            step, kinds, logits, picks = measure(session, b, args.context, args.iters, time_ms)
+            first.setdefault(b, (logits, picks))
             fl = floor(cfg, b, args.context, copy_gb_s, float("inf"))
             rows.append({"tiles_text": text, "tiles": asdict(tiles), "batch": b,
                          "step_ms": step, "floor_ms": fl.memory_ms,
-                         "compile_s": session.compile_s, "kinds": kinds})
+                         "compile_s": session.compile_s, "kinds": kinds,
+                         **agreement(logits, picks, first[b])})
             print(f"[decode_tiles]   B={b}: {step:.3f} ms (floor {fl.memory_ms:.3f} ms)",
                   file=sys.stderr, flush=True)
         del session

@@ -264,6 +264,9 @@ def test_knobs_are_defined_before_the_device_library_and_checked():
     with pytest.raises(ValueError, match="ET_STAGE_BYTES=40000: the stage buffer takes a "
                                          "multiple of 16 bytes, at most 16384 with 8 CTA"):
         generate(p, "static", 8, knobs={"ET_STAGE_BYTES": 40000})
+    with pytest.raises(ValueError, match="knobs ET_STAGE_BYTES=1024 and ET_PREFETCH_BYTES="
+                                         "4096: the stage buffer and the prefetch window"):
+        generate(p, "static", knobs={"ET_STAGE_BYTES": 1024, "ET_PREFETCH_BYTES": 4096})
     with pytest.raises(ValueError, match="knob ET_DEFER_MAX=0: a CTA holds back"):
         generate(p, "static", knobs={"ET_DEFER_MAX": 0})
 

@@ -96,6 +96,18 @@ def test_decode_kernels_compile_for_sm90a(name, mode):
     assert c.cubin[:4] == b"\x7fELF"
 
 
+def test_decode_kernel_with_the_prefetch_window_compiles():
+    """With ET_PREFETCH_BYTES the weight tiles of the tasks ahead go to L2 from the static
+    walker (et_prefetch_window), and et_stage returns each task's tile bytes."""
+    _, p = decode_program("tiny-llama", layers=2)
+    plain = compile_source(generate(p, "static"), kernel_name(p, "static"))
+    src = generate(p, "static", knobs={"ET_PREFETCH_BYTES": 262144})
+    assert "#define ET_PREFETCH_BYTES 262144" in src
+    assert "bytes += et_tile_bytes(p0);" in src and "    return bytes;" in src
+    c = compile_source(src, kernel_name(p, "static"))
+    assert c.cubin[:4] == b"\x7fELF" and c.cubin != plain.cubin
+
+
 @pytest.mark.parametrize("name, bits", [("tiny-llama", 1 << 2), ("llama-3.2-1b", 1 << 4),
                                         ("qwen3-8b", 1 << 4)])
 def test_only_the_attention_instances_the_program_uses(name, bits):

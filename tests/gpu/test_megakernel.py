@@ -21,6 +21,7 @@ KNOB_MODES = ["static", "hybrid"]
 KNOB_CASES = [
     {"ET_STAGE_BYTES": 32768},     # staging: input tiles copied into shared memory
     {"ET_STAGE_BYTES": 1024},      # some tiles fit the stage buffer, the rest go to L2
+    {"ET_PREFETCH_BYTES": 4096},   # the tiles of the tasks ahead prefetched into L2
     {"ET_ACQUIRE_POLLS": 1},       # every poll an acquire load
     {"ET_DEFER_MAX": 1},           # every task publishes its notifies at once
     {"ET_DEFER_MAX": 3},           # runs of wait-free tasks cut every two tasks

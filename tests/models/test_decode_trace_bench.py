@@ -3,6 +3,8 @@ markdown."""
 import runpy
 from pathlib import Path
 
+import numpy as np
+
 BENCH = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" /
                            "decode_trace_bench.py"), run_name="decode_trace_bench")
 
@@ -27,11 +29,22 @@ def test_tiles_bench_markdown_row():
     md = tiles["markdown"]({"model": "m", "mode": "static", "context": 8, "date": "d",
                             "commit": "c", "gpu": "g", "command": "x"},
                            [{"tiles_text": "", "batch": 1, "step_ms": 0.5, "floor_ms": 0.25,
-                             "kinds": kinds},
+                             "kinds": kinds, "logit_err": 0.0, "same_picks": 1.0},
                             {"tiles_text": "norm_rows=8", "batch": 16, "step_ms": 1.0,
-                             "floor_ms": 0.3, "kinds": kinds}])
-    assert "| `defaults` | 1 | 0.500 | 0.250 | 50% | linear_partial 30, rms_norm 10 |" in md
-    assert "| `norm_rows=8` | 16 | 1.000 | 0.300 | 30% |" in md
+                             "floor_ms": 0.3, "kinds": kinds, "logit_err": 0.0123,
+                             "same_picks": 0.75}])
+    assert ("| `defaults` | 1 | 0.500 | 0.250 | 50% | linear_partial 30, rms_norm 10 "
+            "| 0.0e+00 | 100% |") in md
+    assert "| `norm_rows=8` | 16 | 1.000 | 0.300 | 30% |" in md and "| 1.2e-02 | 75% |" in md
+
+
+def test_tiles_bench_compares_each_configuration_with_the_first():
+    import torch
+    tiles = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" /
+                               "decode_tiles_bench.py"), run_name="decode_tiles_bench")
+    ref = (torch.tensor([[1.0, -4.0], [2.0, 0.5]]), np.array([0, 0]))
+    got = tiles["agreement"](torch.tensor([[1.0, -3.0], [2.0, 0.5]]), np.array([0, 1]), ref)
+    assert got == {"logit_err": 0.25, "same_picks": 0.5}
     from eventtensor.models.decode import DecodeTiles
     tiles_of, kernel = tiles["split_config"](DecodeTiles(), "ET_WEIGHTS_EVICT_FIRST=1, "
                                              "norm_rows=8,ctas_per_sm=2")

@@ -36,9 +36,9 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     per step), split-K 16 over the hidden size so that the q, k and v projections have
     16 * K tasks each, and 4 for gate and up, 256-column FFN tiles, 128-column output and
     vocabulary tiles, KV chunks of 128 positions, and norms and residual adds over tiles of
-    8 rows by 256 columns (benchmarks/results/history/decode_tiles_6dcf913.md: these norm, residual and
-    gate/up tiles took Llama-3.2-1B from 3.43 to 2.88 ms at B = 1 and 10.68 to 7.31 ms at
-    B = 16)."""
+    8 rows by 256 columns (benchmarks/results/history/decode_tiles_6dcf913.md: these norm,
+    residual and gate/up tiles took Llama-3.2-1B from 3.43 to 2.88 ms at B = 1 and 10.68 to
+    7.31 ms at B = 16)."""
     E = config.hidden_size
     k_split = 16 if E % 16 == 0 else 1
     mlp_split = 4 if E % 4 == 0 else 1

@@ -25,7 +25,7 @@ MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 # device-library settings a kernel may override (runtime.cuh documents each)
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
-         "ET_WEIGHTS_EVICT_FIRST")
+         "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES")
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
@@ -239,6 +239,10 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
         raise ValueError(f"knob ET_STAGE_BYTES={staging}: the stage buffer takes a multiple of "
                          f"16 bytes, at most {stage_bytes(ctas_per_sm)} with {ctas_per_sm} "
                          "CTA(s) per SM")
+    if staging and knobs.get("ET_PREFETCH_BYTES", 0):
+        raise ValueError(f"knobs ET_STAGE_BYTES={staging} and ET_PREFETCH_BYTES="
+                         f"{knobs['ET_PREFETCH_BYTES']}: the stage buffer and the prefetch "
+                         "window exclude each other; set one of them")
     if knobs.get("ET_DEFER_MAX", 1) < 1:
         raise ValueError("knob ET_DEFER_MAX=0: a CTA holds back the notifies of at most "
                          "ET_DEFER_MAX - 1 tasks; it takes 1 (none) or more")
@@ -472,12 +476,14 @@ def _stage(g: _Gen) -> list[str]:
             lines += _tile(f"p{j}", r, g, ren, "stage")
             lines += [f"        void* const s{j} = et_stage_tile(p{j}, buf, used, "
                       "ET_STAGE_BYTES / 2);",
-                      f"        if (threadIdx.x == 32) slots[{j}] = s{j};"]
+                      f"        if (threadIdx.x == 32) slots[{j}] = s{j};",
+                      f"        bytes += et_tile_bytes(p{j});"]
         return f"task grid {grid.name}", lines
 
     staging = [gi for gi, grid in enumerate(g.p.grids) if _staged_regions(g, grid)]
-    return _grid_switch(g, "__device__ void et_stage(const long long* A, const EtTask& task, "
-                           "void** slots, unsigned char* buf) {", case) + \
+    return _grid_switch(g, "__device__ int et_stage(const long long* A, const EtTask& task, "
+                           "void** slots, unsigned char* buf) {\n    int bytes = 0;", case,
+                        tail=("    return bytes;",)) + \
         _grid_predicate(g, "et_has_stage", staging)
 
 

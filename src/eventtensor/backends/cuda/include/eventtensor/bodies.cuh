@@ -133,6 +133,16 @@ __device__ __forceinline__ long long et_row_off(const EtTileT<T>& t, int r) {
     return off;
 }
 
+// The bytes of tile t's elements.
+template <typename T>
+__device__ __forceinline__ int et_tile_bytes(const EtTileT<T>& t) {
+    int cols = t.rank ? 1 : 0;
+#pragma unroll
+    for (int d = 0; d < 4; ++d)
+        if (d + 1 == t.rank) cols = (int)t.n[d];
+    return et_rows(t) * cols * (int)sizeof(T);
+}
+
 // Tile t, or, if the stage buffer holds a copy of it (staged[j] set, see et_stage_tile), the
 // dense row-major view of that copy (field by field, not a choice between two
 // tiles, which would put them in local memory).

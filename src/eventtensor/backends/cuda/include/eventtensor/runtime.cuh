@@ -217,9 +217,9 @@ __device__ int et_extra_waits(const long long* A, const EtTask& task);
 __device__ __forceinline__ bool et_has_stage(int g);
 // Warps 1 ..: the input tiles of `task` into the stage buffer (et_stage_tile), as many as
 // fit; slots[j]: where its j-th input tile lies there, or null (the tile was prefetched into
-// L2 instead).
-__device__ void et_stage(const long long* A, const EtTask& task, void** slots,
-                         unsigned char* buf);
+// L2 instead). Returns the bytes of those tiles.
+__device__ int et_stage(const long long* A, const EtTask& task, void** slots,
+                        unsigned char* buf);
 // Thread 0, after the body: data-dependent notifies of `task`.
 __device__ void et_extra_notifies(const long long* A, const EtTask& task);
 // Wait count of element x whose count is read at run time from a tensor (table value -1).
@@ -489,6 +489,17 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
 #define ET_STAGE_BYTES 0
 #endif
 #define ET_STAGE_TILES 4  // input tiles staged per task (et_stage), at most
+
+// The prefetch window (opt-in, without the stage buffer): ET_PREFETCH_BYTES > 0 has warps
+// 1 .. of a CTA keep the input tiles of the tasks after the current one of its static chunk
+// in flight into L2, up to that many bytes beyond the current task (at least one task), so
+// that a CTA's stream of weight reads does not pause at each task's waits. 0, the default:
+// only the next task's tiles are prefetched, at the start of the current one.
+#ifndef ET_PREFETCH_BYTES
+#define ET_PREFETCH_BYTES 0
+#endif
+static_assert(ET_PREFETCH_BYTES == 0 || ET_STAGE_BYTES == 0,
+              "the prefetch window and the stage buffer exclude each other");
 __device__ __forceinline__ void** et_stage_slots(int half) {
     __shared__ void* slots[2][ET_STAGE_TILES];
     return slots[half];
@@ -520,7 +531,7 @@ __device__ __forceinline__ bool et_stages(const EtTask& next) {
 // half (or prefetch them into L2), while thread 0 waits on the task's events.
 __device__ __forceinline__ void et_stage_next(const long long* A, const EtTask& next, int half,
                                               bool staged) {
-    if (threadIdx.x < 32) return;
+    if (threadIdx.x < 32 || ET_PREFETCH_BYTES > 0) return;  // (the window prefetches)
     if (staged) et_cp_async_wait_all();
     if (next.id >= 0) et_stage(A, next, et_stage_slots(half ^ 1), et_stage_buf(half ^ 1));
 }
@@ -729,6 +740,25 @@ __device__ void et_reset_next(const long long* A) {
     if (first == 0) ET_NEXT_HEAD[0] = ET_NEXT_HEAD[1] = 0;
 }
 
+// The prefetch window (ET_PREFETCH_BYTES), warps 1 .., at task k of the chunk `ch` of n
+// tasks: task k's tiles leave the window (`ahead`: the bytes prefetched for the tasks after
+// the current one; `pf`: the first task not prefetched; bytes[t]: those of task t), then the
+// tasks after it enter it while it holds fewer than ET_PREFETCH_BYTES. The same in every
+// thread: each one issues its share of every tile's lines.
+__device__ __forceinline__ void et_prefetch_window(const long long* A, const EtChunk& ch, int k,
+                                                   int n, int& pf, int& ahead, int* bytes) {
+    if (pf > k) ahead -= bytes[k];
+    else pf = k + 1;
+    while (pf < n && ahead < ET_PREFETCH_BYTES) {
+        EtTask t;
+        t.id = ch.id[pf];
+        t.a = ch.rec[2 * pf];
+        t.b = ch.rec[2 * pf + 1];
+        bytes[pf] = et_has_stage(t.a.x) ? et_stage(A, t, et_stage_slots(0), nullptr) : 0;
+        ahead += bytes[pf++];
+    }
+}
+
 __device__ bool et_static_loop(const long long* A) {
     EtChunk& ch = et_chunk();
     const int lo = (int)A[ET_SM_ARGS], hi = (int)A[ET_SM_ARGS + 1];
@@ -763,8 +793,11 @@ __device__ bool et_static_loop(const long long* A) {
         const bool wait_staged = nw <= w_have, notify_staged = nn <= n_have;
         const int2* waits = wait_staged ? ch.wait : ET_STREAM_WAIT + w0;
         const int* notifies = notify_staged ? ch.notify : ET_STREAM_NOTIFY + n0;
+        int pf = 0, ahead = 0, bytes[ET_PREFETCH_BYTES > 0 ? ET_CHUNK : 1];  // (the window)
         for (int k = 0; k < n; ++k) {
             const u64 fetch_ns = ET_PROF ? et_globaltimer() : 0;
+            if (ET_PREFETCH_BYTES > 0 && threadIdx.x >= 32)
+                et_prefetch_window(A, ch, k, n, pf, ahead, bytes);
             EtView v;
             v.task.id = ch.id[k];
             v.task.a = ch.rec[2 * k];
