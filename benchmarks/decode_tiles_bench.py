@@ -93,6 +93,24 @@ def agreement(logits, picks, first) -> dict:
             "same_picks": float(np.mean(picks == ref_picks))}
 
 
+def precompile(cfg, configs, max_batch: int, max_context: int, mode: str) -> None:
+    """Every configuration's kernel, compiled in parallel into the cache first (the sessions
+    then load them)."""
+    from eventtensor.backends.cuda.codegen import generate, kernel_name
+    from eventtensor.backends.cuda.compiler import compile_many
+    from eventtensor.backends.cuda.prepared import prepare_cached
+    from eventtensor.models.decode import build_decode_program
+    kernels = {}
+    for _, tiles, kernel in configs:
+        p = prepare_cached(build_decode_program(cfg, max_batch, max_context, tiles,
+                                                weight_dtype="bfloat16",
+                                                cache_dtype="bfloat16"), mode)
+        ctas = kernel.get("ctas_per_sm", 1)
+        kernels[generate(p, mode, ctas, kernel.get("knobs"))] = kernel_name(p, mode, ctas)
+    print(f"[decode_tiles] compiling {len(kernels)} kernels", file=sys.stderr, flush=True)
+    compile_many(list(kernels.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = step_args(__doc__.split("\n\n")[0])
     ap.add_argument("--tiles", action="append", help="field=value,... over gpu_tiles (repeat)")
@@ -109,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     max_batch, max_context = max(args.max_batch, *batches), max(args.max_context, args.context)
     base = gpu_tiles(cfg, max_batch)
     configs = [(text, *split_config(base, text)) for text in (args.tiles or [""])]
+    precompile(cfg, configs, max_batch, max_context, args.mode)
     weights = random_weights_on_gpu(cfg, seed=0)
     copy_gb_s = measure_copy_gb_s()
     rows, first = [], {}
