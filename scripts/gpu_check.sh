@@ -2,7 +2,8 @@
 # Run on the GPU machine from the repository root: the GPU tests, compute-sanitizer, the
 # megakernel benchmark and the decode benchmark. STEPS picks some of them (default: all of
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
-# TESTS=tests/gpu/test_decode.py). Everything goes to $OUT/gpu_check.tgz (default OUT: ./out);
+# TESTS=tests/gpu/test_decode.py; "tiles" runs benchmarks/decode_tiles_bench.py with
+# TILES_ARGS). Everything goes to $OUT/gpu_check.tgz (default OUT: ./out);
 # the logs and the benchmarks' JSON and markdown also lie in $OUT itself.
 set -uo pipefail
 OUT="${OUT:-out}"
@@ -34,6 +35,10 @@ fi
 if has bench; then
   timeout "${BENCH_TIMEOUT:-480}" python3 benchmarks/megakernel_bench.py --out "$RUN" 2>&1 \
     | tee "$RUN/bench.log"
+fi
+if has tiles; then
+  timeout "${TILES_TIMEOUT:-480}" python3 benchmarks/decode_tiles_bench.py ${TILES_ARGS:-} \
+    --out "$RUN" 2>&1 | tee "$RUN/decode_tiles.log"
 fi
 if has decode; then
   timeout "${DECODE_TIMEOUT:-480}" python3 benchmarks/decode_bench.py ${DECODE_ARGS:---quick} \

@@ -14,17 +14,24 @@ from eventtensor.backends.cuda.compiler import INCLUDE
 CXX = shutil.which("g++") or shutil.which("c++")
 needs_cxx = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 
-# bodies.cuh with its inline PTX statements (bf16 rounding, prefetch, asynchronous copies)
-# replaced by host code
+# headers with their inline PTX statements (bf16 rounding, prefetch, mbarriers, bulk
+# asynchronous copies) replaced by host code
 PATCHES = {
-    r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':
-        "r.bits = et_host_bf16(v);",
-    r'asm volatile\("prefetch\.global\.\w+ \[%0\];" :: "l"\(t\.p \+ off\)\);':
-        "et_host_prefetch(t.p + off);",
-    r'asm volatile\("cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;"[^;]*;':
-        "et_host_copy(dst, src, 16);",
-    r'asm volatile\("cp\.async\.ca\.shared\.global \[%0\], \[%1\], 4;"[^;]*;':
-        "et_host_copy(dst, src, 4);",
+    "bodies.cuh": {
+        r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':
+            "r.bits = et_host_bf16(v);",
+        r'asm volatile\("prefetch\.global\.\w+ \[%0\];" :: "l"\(t\.p \+ off\)\);':
+            "et_host_prefetch(t.p + off);",
+    },
+    "stage.cuh": {
+        r'asm volatile\("mbarrier\.init[^;]*;[^;]*;': "et_host_mbar(bar)[0] = count; et_host_mbar(bar)[1] = 0;",
+        r'asm volatile\("mbarrier\.arrive\.expect_tx[^;]*;[^;]*;':
+            "et_host_mbar(bar)[0] -= 1; et_host_mbar(bar)[1] += bytes;",
+        r'unsigned done;\s*asm volatile\("\{\\n\\t\.reg \.pred p;[^;]*;[^;]*;[^;]*;':
+            "const unsigned done = et_host_mbar(bar)[0] == 0 && et_host_mbar(bar)[1] == 0;",
+        r'asm volatile\("cp\.async\.bulk[^;]*;[^;]*;':
+            "et_host_copy(dst, src, bytes); et_host_mbar(bar)[1] -= bytes;",
+    },
 }
 
 SHIM = r"""
@@ -67,8 +74,10 @@ inline void et_host_prefetch(const void* p) {
     std::lock_guard<std::mutex> lock(et_prefetch_mutex);
     et_prefetched.insert(p);
 }
+typedef unsigned long long u64;
 static std::mutex et_copy_mutex;
 static std::vector<int> et_copy_sizes;  // bytes of each asynchronous copy, in issue order
+inline int* et_host_mbar(u64* bar) { return reinterpret_cast<int*>(bar); }  // arrivals, bytes
 inline void et_host_copy(void* dst, const void* src, int bytes) {
     std::memcpy(dst, src, bytes);
     std::lock_guard<std::mutex> lock(et_copy_mutex);
@@ -104,17 +113,17 @@ template <typename T> void et_print(int id, const T* p, int n) {
 """
 
 def run_host(tmp, main_body: str, headers: tuple[str, ...] = (), prelude: str = "") -> str:
-    """Compile bodies.cuh (PATCHES applied, each exactly once) and then `headers` (other
-    headers of include/eventtensor, included after it) with SHIM, host code `prelude` (before
-    the headers: more stand-ins for device intrinsics) and `main_body`; run it."""
-    src = (INCLUDE / "eventtensor" / "bodies.cuh").read_text()
-    for pattern, host in PATCHES.items():
-        src, count = re.subn(pattern, host, src)
-        assert count == 1, f"bodies.cuh: {pattern!r} matched {count} times"
+    """Compile bodies.cuh and then `headers` (other headers of include/eventtensor, included
+    after it), each with its PATCHES applied (each exactly once), with SHIM, host code
+    `prelude` (before the headers: more stand-ins for device intrinsics) and `main_body`;
+    run it."""
     (tmp / "eventtensor").mkdir()
-    (tmp / "eventtensor" / "bodies.cuh").write_text(src)
-    for h in headers:
-        (tmp / "eventtensor" / h).write_text((INCLUDE / "eventtensor" / h).read_text())
+    for h in ("bodies.cuh", *headers):
+        src = (INCLUDE / "eventtensor" / h).read_text()
+        for pattern, host in PATCHES.get(h, {}).items():
+            src, count = re.subn(pattern, host, src)
+            assert count == 1, f"{h}: {pattern!r} matched {count} times"
+        (tmp / "eventtensor" / h).write_text(src)
     includes = "\n".join(f'#include "eventtensor/{h}"' for h in headers)
     (tmp / "main.cpp").write_text(SHIM.replace("@EXTRA_INCLUDES@", includes)
                                   .replace("@PRELUDE@", prelude) +

@@ -201,13 +201,14 @@ def tile_lines(op: Op, data) -> list[str]:
     Op((300,), (5,), (290,)),                          # rank 1
 ])
 def test_prefetch_tile_issues_one_prefetch_per_line_chunk_of_each_row(tmp_path, op):
-    """Warps 1 .. prefetch, for every row of the tile, the addresses of its line-sized
-    chunks (from the row's first element): nothing outside the tile, nothing twice."""
+    """Warps 1 .. (threads me = 0, 1, ... taking lines me, me + 224, ...) prefetch, for every
+    row of the tile, the addresses of its line-sized chunks (from the row's first element):
+    nothing outside the tile, nothing twice."""
     ctype = "et_bf16" if op.dtype == B else "float"
     r = len(op.shape)
     body = "\n".join([
         *tile_lines(op, np.zeros(int(np.prod(op.shape)))),
-        "et_run_cta([&] { et_prefetch_tile(t); });",
+        "et_run_cta([&] { if (threadIdx.x >= 32) et_prefetch_tile(t, threadIdx.x - 32, 224); });",
         f'for (const void* p : et_prefetched) std::printf("%ld\\n", (long)(({ctype}*)p - T));'])
     got = sorted(int(w) for w in run_host(tmp_path, body).split())
     per_line = 128 // (2 if op.dtype == B else 4)
@@ -217,56 +218,3 @@ def test_prefetch_tile_issues_one_prefetch_per_line_chunk_of_each_row(tmp_path, 
     firsts = sorted({int(row @ strides[:-1]) + op.lo[-1] + c
                      for row in rows for c in range(0, op.n[-1], per_line)})
     assert got == firsts
-
-
-STAGE_CASES = [  # (tile, expected copy size in bytes: 16-byte words, 4-byte elements, plain)
-    (Op((64, 128), (32, 32), (32, 32)), 16),                   # split-K's tile: aligned rows
-    (Op((9, 48), (3, 4), (5, 20)), 16),                        # rows of 5 words from column 4
-    (Op((9, 48), (3, 5), (5, 20)), 4),                         # rows off word alignment
-    (Op((3, 100, 40), (1, 10, 3), (2, 7, 37)), 4),             # rank 3, odd row length
-    (Op((10, 70), (0, 2), (4, 65), idx={0: [7, 2, 2, 9]}), 4),  # gathered rows
-    (Op((64, 256), (8, 64), (16, 128), B), 16),                # bf16 rows of 16 words
-    (Op((10, 70), (0, 3), (4, 60), B, idx={0: [7, 2, 2, 9]}), 0),  # bf16 off alignment: plain
-    (Op((300,), (5,), (290,)), 4),                             # rank 1
-]
-
-
-@pytest.mark.parametrize("op, unit", STAGE_CASES)
-def test_stage_tile_copies_the_tile_densely_into_the_buffer(tmp_path, op, unit):
-    """et_stage_tile (warps 1 ..) copies the tile, row-major and dense, after the space
-    already used (rounded up to 16 bytes), with 16-byte words where every row is whole
-    aligned words, else 4-byte elements (plain copies for 2-byte ones); et_staged views the
-    copy as the tile. A tile that does not fit is prefetched into L2 instead."""
-    ctype = "et_bf16" if op.dtype == B else "float"
-    data = np.arange(int(np.prod(op.shape)), dtype=np.float32) % 251
-    size = int(np.prod(op.n)) * (2 if op.dtype == B else 4)
-    body = "\n".join([
-        *tile_lines(op, data),
-        f"alignas(16) static unsigned char buf[{size + 64}];",
-        f"static {ctype}* got[256];",
-        "static int used_after[256];",
-        f"et_run_cta([&] {{ int used = 4; got[threadIdx.x] = et_stage_tile(t, buf, used, "
-        f"{size + 16}); used_after[threadIdx.x] = used;",
-        "    int small = 4; if (threadIdx.x == 32 && et_stage_tile(t, buf, small, "
-        f"{size + 15}) != nullptr) std::abort(); }});",  # 1 byte short: not staged
-        "for (int i = 0; i < 256; ++i) if (got[i] != got[0] || used_after[i] != used_after[0]) "
-        "std::abort();",
-        'std::printf("at %ld used %d\\n", (long)((unsigned char*)got[0] - buf), used_after[0]);',
-        "void* staged[1] = {got[0]};",
-        f"const EtTileT<{ctype}> v = et_staged(t, staged, 0);",
-        "long long cells = 1; for (int d = 0; d < v.rank; ++d) cells *= v.n[d];",
-        "for (long long e = 0; e < cells; ++e) {",
-        "    long long off = 0, i = e;",
-        "    for (int d = v.rank - 1; d >= 0; --d) { off += (i % v.n[d]) * v.s[d]; i /= v.n[d]; }",
-        '    std::printf("%.9g\\n", et_val(v.p[off])); }',
-        "std::set<int> sizes(et_copy_sizes.begin(), et_copy_sizes.end());",
-        'for (int z : sizes) std::printf("copy %d\\n", z);',
-        'std::printf("prefetched %d\\n", (int)et_prefetched.size());'])
-    out = run_host(tmp_path, body).split("\n")
-    assert out[0] == f"at 16 used {16 + size}"
-    values = np.array([float(w) for w in out[1:1 + int(np.prod(op.n))]], np.float32)
-    want = round_to_dtype(op.dtype, data.reshape(op.shape))[np.ix_(*op.positions())]
-    np.testing.assert_array_equal(values, want.reshape(-1))
-    tail = out[1 + int(np.prod(op.n)):]
-    assert [w for w in tail if w.startswith("copy")] == ([f"copy {unit}"] if unit else [])
-    assert tail[-2] != "prefetched 0"  # the tile that did not fit went to L2

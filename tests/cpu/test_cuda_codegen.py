@@ -261,35 +261,43 @@ def test_knobs_are_defined_before_the_device_library_and_checked():
                                          "ET_SPIN_NS, ET_SLEEP_NS, ET_ACQUIRE_POLLS, "
                                          "ET_STAGE_BYTES, ET_DEFER_MAX"):
         generate(p, "static", knobs={"ET_CHUNK": 8})
-    with pytest.raises(ValueError, match="ET_STAGE_BYTES=40000: the stage buffer takes a "
-                                         "multiple of 16 bytes, at most 16384 with 8 CTA"):
+    with pytest.raises(ValueError, match="ET_STAGE_BYTES=40000: the stage ring takes a "
+                                         "multiple of 16 bytes, at most 0 with 8 CTA"):
         generate(p, "static", 8, knobs={"ET_STAGE_BYTES": 40000})
-    with pytest.raises(ValueError, match="knobs ET_STAGE_BYTES=1024 and ET_PREFETCH_BYTES="
-                                         "4096: the stage buffer and the prefetch window"):
-        generate(p, "static", knobs={"ET_STAGE_BYTES": 1024, "ET_PREFETCH_BYTES": 4096})
+    with pytest.raises(ValueError, match="ET_STAGE_BYTES=1000: the stage ring takes a "
+                                         "multiple of 16 bytes, at most 203776 with 1 CTA"):
+        generate(p, "static", knobs={"ET_STAGE_BYTES": 1000})
+    for other in ("ET_PREFETCH_BYTES", "ET_WEIGHTS_EVICT_FIRST"):
+        with pytest.raises(ValueError, match=f"knobs ET_STAGE_BYTES=1024 and {other}=1: with "
+                                             "the stage ring, weights reach their tasks"):
+            generate(p, "static", knobs={"ET_STAGE_BYTES": 1024, other: 1})
     with pytest.raises(ValueError, match="knob ET_DEFER_MAX=0: a CTA holds back"):
         generate(p, "static", knobs={"ET_DEFER_MAX": 0})
 
 
-def test_stage_buffer_fits_the_ctas_of_an_sm():
-    """The largest stage buffer by CTAs per SM: 32 KB while it fits, halved as CTAs are
-    added, so that the kernel's static shared memory stays within an SM's 228 KB; staging is
-    opt-in (no buffer unless the knob asks for one)."""
-    assert [stage_bytes(c) for c in (1, 2, 4, 5, 6, 8)] == [32768] * 4 + [16384] * 2
+def test_stage_ring_fits_the_ctas_of_an_sm():
+    """The largest stage ring by CTAs per SM: what the SM's 228 KB leave each CTA beside its
+    static shared memory (at most 28 KB) and the system's 1 KB, in whole KB; the ring is
+    opt-in (none unless the knob asks for one)."""
+    assert [stage_bytes(c) for c in (1, 2, 4, 6, 8)] == [199 * 1024, 85 * 1024, 28 * 1024,
+                                                         9 * 1024, 0]
     p = program_for("symbolic_batch", "static")
-    src = generate(p, "static", 8, knobs={"ET_STAGE_BYTES": 16384})
+    src = generate(p, "static", 2, knobs={"ET_STAGE_BYTES": 16384})
     assert "#define ET_STAGE_BYTES 16384" in src
-    assert compile_source(src, kernel_name(p, "static", 8)).cubin[:4] == b"\x7fELF"
+    assert '#include "eventtensor/ring.cuh"' in src
+    assert compile_source(src, kernel_name(p, "static", 2)).cubin[:4] == b"\x7fELF"
     assert "#define ET_STAGE_BYTES" not in generate(p, "static") + generate(p, STAGES)
 
 
-def test_input_tiles_are_staged_and_read_from_the_stage_buffer():
-    """gemm2_partial stages its W2 tile (an input), not its Y1 tile (written by a task), and
-    reads W2 through et_staged."""
+def test_input_tiles_are_staged_and_read_from_the_stage_ring():
+    """gemm2_partial hands its W2 tile (an input), not its Y1 tile (written by a task), to the
+    stager, and reads W2 through et_staged."""
     src = generate(program_for("symbolic_batch", "static"), "static")
+    assert "template <class S>\n__device__ void et_stage(const long long* A, const EtTask& " \
+           "task, S& s) {" in src
     case = src[src.index("case 2: {  // task grid gemm2_partial", src.index("et_stage(")):]
     case = case[:case.index("break;")]
-    assert "// stage W2[" in case and "Y1" not in case
+    assert "// stage W2[" in case and "s.tile(0, p0);" in case and "Y1" not in case
     assert "const EtTile t1 = et_staged(et_tile((float*)ET_TENSOR(2)" in src
     assert "const EtTile t0 = et_tile((float*)ET_TENSOR(4)" in src  # Y1: from global memory
     assert "return g == 0 || g == 2;" in src  # et_has_stage: the GEMM partials

@@ -96,14 +96,16 @@ def test_decode_kernels_compile_for_sm90a(name, mode):
     assert c.cubin[:4] == b"\x7fELF"
 
 
-def test_decode_kernel_with_the_prefetch_window_compiles():
-    """With ET_PREFETCH_BYTES the weight tiles of the tasks ahead go to L2 from the static
-    walker (et_prefetch_window), and et_stage returns each task's tile bytes."""
+@pytest.mark.parametrize("knobs", [{"ET_PREFETCH_BYTES": 262144}, {"ET_STAGE_BYTES": 131072}])
+def test_decode_kernel_with_weight_prefetch_compiles(knobs):
+    """With the prefetch window (the weight tiles of the tasks ahead go to L2 from the static
+    walker) or the stage ring (they are copied into shared memory ahead of their tasks), the
+    decode kernel compiles and differs from the default one."""
     _, p = decode_program("tiny-llama", layers=2)
     plain = compile_source(generate(p, "static"), kernel_name(p, "static"))
-    src = generate(p, "static", knobs={"ET_PREFETCH_BYTES": 262144})
-    assert "#define ET_PREFETCH_BYTES 262144" in src
-    assert "bytes += et_tile_bytes(p0);" in src and "    return bytes;" in src
+    src = generate(p, "static", knobs=knobs)
+    (name, value), = knobs.items()
+    assert f"#define {name} {value}" in src
     c = compile_source(src, kernel_name(p, "static"))
     assert c.cubin[:4] == b"\x7fELF" and c.cubin != plain.cubin
 

@@ -42,6 +42,38 @@ def test_tiny_logits_and_tokens_match_reference(name, mode):
         np.testing.assert_array_equal(got.next_tokens, np.argmax(want, axis=-1))
 
 
+# tiles of whole weight rows (tiny-llama, bf16: q, k, v and LM-head tiles of 2 KB, gate, up
+# and down tiles of 4 KB, argmax partials over 4 LM-head tiles): with a 3 KB ring one tile at
+# a time and the 4 KB ones left to L2; with 5 KB one or two at a time, allocations wrapping
+# at the end
+RING_TILES = "k_split=1,mlp_split=1,proj_tile=16,n_tile=16,down_tile=16,ffn_tile=32," \
+             "down_split=1,vocab_tile=16,argmax_tile=64,kv_chunk=16"
+
+
+@pytest.mark.parametrize("ring", [3072, 5120, 65536])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_tiny_stage_ring_matches_reference(name, ring):
+    """The stage ring (weights copied into shared memory ahead of their tasks) with rings
+    that hold one tile, two (wrapping), or many: every step's logits and greedy tokens equal
+    the reference's, with requests joining."""
+    from eventtensor.models.decode import DecodeTiles, tiles_with
+    cfg = get_config(name)
+    weights = random_weights(cfg, seed=5)
+    tiles = tiles_with(DecodeTiles(rows=4), RING_TILES)
+    session = _session(cfg, weights, 4, 96, cache_dtype="float32", tiles=tiles,
+                       knobs={"ET_STAGE_BYTES": ring})
+    ref = ReferenceModel(cfg, weights)
+    rng = np.random.default_rng(1)
+    for step in range(8):
+        live = ["a", "b", "c"][:1 + min(step, 2)]
+        toks = rng.integers(0, cfg.vocab_size, len(live))
+        got = session.step(live, toks)
+        want = ref.step(toks, live)
+        np.testing.assert_allclose(got.logits.cpu().numpy(), want,
+                                   atol=2e-4 * np.abs(want).max(), rtol=0)
+        np.testing.assert_array_equal(got.next_tokens, np.argmax(want, axis=-1))
+
+
 class _Checked:
     """A decode session whose every step is checked against the reference: the logits of
     each request within `tol` (relative to the step's largest) of the reference's; the step

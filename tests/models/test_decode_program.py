@@ -294,6 +294,42 @@ def test_norm_and_residual_tiles_match_reference(model, mode):
         _close(session.step(ids, tokens).logits, ref.step(tokens, ids))
 
 
+# q, k, v tiles across head boundaries (24 columns: q has 64, k and v 32, the last clipped),
+# unsplit q/k/v, down tiles of 40 of 64 columns, argmax partials over 100 of 256 columns
+# (3 LM-head tiles of 32 and part of a fourth each, the last clipped)
+FREE_TILES = DecodeTiles(rows=2, k_split=1, mlp_split=2, proj_tile=24, n_tile=32,
+                         down_tile=40, down_split=2, ffn_tile=32, vocab_tile=32,
+                         argmax_tile=100, kv_chunk=16)
+
+
+def test_projection_tiles_across_heads():
+    """A head's rope waits on every q, k and v tile overlapping its columns; an argmax
+    partial on the LM-head tiles overlapping its columns."""
+    cfg = CONFIGS["tiny-llama"]  # q: 2 KV heads x 32 columns, k and v: 2 x 16
+    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, FREE_TILES))
+    tables = build_tables(bind(program, {"B": 2}))
+    names = {tables.bound.task_name(t): t for t in range(tables.bound.num_tasks)}
+    assert _producers(tables, names, "l0_qk_rope(0, 1)") == {
+        "l0_q_proj(0, 1, 0)", "l0_q_proj(0, 2, 0)", "l0_k_proj(0, 0, 0)", "l0_k_proj(0, 1, 0)",
+        "l0_v_proj(0, 0, 0)", "l0_v_proj(0, 1, 0)"}
+    assert _producers(tables, names, "argmax_tile(0, 2)") == {
+        "lm_head(0, 6)", "lm_head(0, 7)"}
+    assert "argmax_tile(0, 3)" not in names and "l0_down_proj(0, 1, 1)" in names
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_projection_tiles_across_heads_match_reference(mode):
+    cfg = CONFIGS["tiny-qwen3"]
+    weights = random_weights(cfg, seed=7)
+    session = DecodeSession(cfg, weights, MAX_BATCH, MAX_CONTEXT, FREE_TILES, num_sms=4,
+                            cache_fill=np.nan, mode=mode)
+    ref = ReferenceModel(cfg, weights)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        tokens = rng.integers(0, cfg.vocab_size, 2)
+        _close(session.step(["a", "b"], tokens).logits, ref.step(tokens, ["a", "b"]))
+
+
 # ------------------------------------------------------------------ task kinds
 
 def _run(kind: str, inputs: dict, outs: dict, params: dict, coords=None) -> dict:

@@ -32,7 +32,8 @@ on the read side).
 
 Per layer l, tiles and events (events come from the tile regions unless named here):
   attn_norm (mn)          x rows -> h rows
-  q/k/v_proj (mb, K, S)   h rows, split-K chunk s -> partials of KV head n (G*D or D columns)
+  q/k/v_proj (mb, n, S)   h rows, split-K chunk s -> partials of column tile n (by default
+                          KV head n's G*D or D columns, else `proj_tile` columns)
   qk_rope (mb, K)         waits on the q, k, v tiles of its head -> q, k, v of head h
   kv_append (B, K)        waits on qk_rope of (b's rows, h) -> cache outputs at the position
   attn (B*NC*K,)          t = (b*NC + c)*K + h; waits on `l{l}_rope_done` of the row tiles
@@ -44,9 +45,10 @@ Per layer l, tiles and events (events come from the tile regions unless named he
                           from attn_plan; reads the n_b chunk partials
   o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
   attn_residual (mn, E/RT) x + sum of o partials; mlp_norm (mn)
-  gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/tile), down_proj (mb, E/tile, Sd): a down
+  gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/tile), down_proj (mb, E/dtile, Sd): a down
   chunk waits on the SiLU tiles it reads; mlp_residual (mn, E/RT) -> next layer's x rows
-then final_norm (mn), lm_head (mb, V/tile), argmax_tile (mb, V/tile), argmax (mb). Before the
+then final_norm (mn), lm_head (mb, V/tile), argmax_tile (mb, V/argmax tile), argmax (mb).
+Before the
 layers: plan (1 task: attn_plan [B, 3] from positions, notifies `planned`) and embed (B).
 
 Maps cannot compute with loaded values (`positions[b] // T + 1` is not a map), so the plan
@@ -93,10 +95,13 @@ class DecodeTiles:
     rows: int = 16                 # BM: requests per row tile
     k_split: int = 1               # S: split-K over E of q, k, v (and gate, up: mlp_split)
     o_split: int | None = None     # So: split of o_proj over H*D; None: one per KV group (K)
-    n_tile: int = 128              # columns of an o_proj or down_proj tile (of E)
+    proj_tile: int | None = None   # columns of a q, k or v tile; None: one KV head's
+    n_tile: int = 128              # columns of an o_proj tile (of E)
+    down_tile: int | None = None   # columns of a down_proj tile (of E); None: n_tile
     ffn_tile: int = 128            # columns of a gate, up or SiLU tile (of F)
     down_split: int | None = None  # Sd: split of down_proj over F; None: one per ffn tile
     vocab_tile: int = 256          # columns of an LM-head tile (of V)
+    argmax_tile: int | None = None  # columns of a partial argmax (of V); None: vocab_tile
     kv_chunk: int = 64             # T: positions per attention tile
     mlp_split: int | None = None   # split-K of gate and up over E; None: k_split
     norm_rows: int | None = None   # rows of an RMSNorm or residual tile; None: rows
@@ -142,8 +147,8 @@ class _Decode:
     def __init__(self, config: ModelConfig, max_batch: int, max_context: int, max_tokens: int,
                  tiles: DecodeTiles, weight_dtype: str, cache_dtype: str, name: str):
         self.cfg, self.t = config, tiles
-        for field in ("rows", "n_tile", "ffn_tile", "vocab_tile", "kv_chunk", "norm_rows",
-                      "residual_tile"):
+        for field in ("rows", "proj_tile", "n_tile", "down_tile", "ffn_tile", "vocab_tile",
+                      "argmax_tile", "kv_chunk", "norm_rows", "residual_tile"):
             if getattr(tiles, field) is not None and getattr(tiles, field) < 1:
                 raise ValueError(f"tiles.{field} must be positive")
         if max_batch < 1 or max_context < 1 or max_tokens < 1:
@@ -230,8 +235,10 @@ class _Decode:
         GD, p = G * D, f"l{i}_"
         self.norm(p + "attn_norm", x, self.w(i, "input_layernorm"), p + "h")
         for proj, width in (("q", GD), ("k", D), ("v", D)):
+            tile = t.proj_tile or width
             self.linear(p + f"{proj}_proj", p + "h", self.w(i, f"self_attn.{proj}_proj"),
-                        p + f"{proj}_part", K, width, K * width, t.k_split, self.ks)
+                        p + f"{proj}_part", -(-K * width // tile), tile, K * width, t.k_split,
+                        self.ks)
         head = {"q": f"{GD}*h:{GD}*h + {GD}", "k": f"{D}*h:{D}*h + {D}"}
         head["v"] = head["k"]
         reads = {p + f"{r}_part": f":, {rows}, {head[r]}" for r in "qkv"}
@@ -309,8 +316,9 @@ class _Decode:
                 reads={p + "gate_part": f":, {rows}, {cols}", p + "up_part": f":, {rows}, {cols}"},
                 writes={p + "act": f"{rows}, {cols}"},
                 params={"gate": p + "gate_part", "up": p + "up_part"})
+        down = t.down_tile or t.n_tile
         self.linear(p + "down_proj", p + "act", self.w(i, "mlp.down_proj"), p + "down_part",
-                    -(-E // t.n_tile), t.n_tile, E, F // self.fs, self.fs)
+                    -(-E // down), down, E, F // self.fs, self.fs)
         self.residual(p + "mlp_residual", x, p + "down_part", f"x{i + 1}")
         return f"x{i + 1}"
 
@@ -324,13 +332,15 @@ class _Decode:
         pb.grid("lm_head", "linear_partial", "mn", (self.mb, n_v),
                 reads={"h_final": f"{rows}, :", head: f"{cols}, :"},
                 writes={"logits": f"{rows}, {cols}"}, params={"x": "h_final", "w": head})
-        pb.temp("tile_max", (self.B, n_v))
-        pb.temp("tile_arg", (self.B, n_v), "int32")
-        pb.grid("argmax_tile", "argmax_partial", "mn", (self.mb, n_v),
+        at = t.argmax_tile or t.vocab_tile
+        n_a, cols = -(-V // at), _span("n", at, V)
+        pb.temp("tile_max", (self.B, n_a))
+        pb.temp("tile_arg", (self.B, n_a), "int32")
+        pb.grid("argmax_tile", "argmax_partial", "mn", (self.mb, n_a),
                 reads={"logits": f"{rows}, {cols}"},
                 writes={"tile_max": f"{rows}, n", "tile_arg": f"{rows}, n"},
                 params={"x": "logits", "max": "tile_max", "arg": "tile_arg",
-                        "tile": t.vocab_tile, "axis": "n"})
+                        "tile": at, "axis": "n"})
         pb.grid("argmax", "argmax_reduce", "m", (self.mb,),
                 reads={"tile_max": f"{rows}, :", "tile_arg": f"{rows}, :"},
                 writes={"next_tokens": rows}, params={"x": "tile_max", "arg": "tile_arg"})

@@ -30,13 +30,18 @@ STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
 
+SMEM_PER_SM = 228 * 1024   # shared memory of an H100 / H200 SM
+SMEM_PER_CTA_RESERVED = 1024  # of it, reserved by the system per resident CTA
+STATIC_SMEM_BOUND = 28 * 1024  # a megakernel's static shared memory, at most (runtime checks)
+
+
 def stage_bytes(ctas_per_sm: int) -> int:
-    """The most shared memory for staged input tiles a CTA may take (the knob ET_STAGE_BYTES,
-    runtime.cuh; two halves: the current task's tiles and the next one's): a power of two, at
-    most 32 KB, such that with the CTA's other shared memory (under 11 KB with the block
-    reserve) the CTAs fit the 228 KB of an SM (and a CTA its 48 KB of static shared memory)."""
-    room = min(32768, 228 * 1024 // ctas_per_sm - 11 * 1024)
-    return 1 << (room.bit_length() - 1) if room >= 1024 else 0
+    """The most bytes of stage ring a CTA may take (the knob ET_STAGE_BYTES, dynamic shared
+    memory, stage.cuh), a multiple of 1 KB: the CTAs of an SM, each with its static shared
+    memory (at most STATIC_SMEM_BOUND) and the system's reserve, fit the SM's shared memory.
+    `Megakernel` checks the compiled kernel's own static size before its first launch."""
+    room = SMEM_PER_SM // ctas_per_sm - SMEM_PER_CTA_RESERVED - STATIC_SMEM_BOUND
+    return max(0, room // 1024 * 1024)
 
 
 # kind -> (tile arguments as (role, tensor or param naming it), integer parameters)
@@ -236,13 +241,14 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                              f"{', '.join(KNOBS)}, each a non-negative int")
     staging = knobs.get("ET_STAGE_BYTES", 0)
     if staging % 16 or staging > stage_bytes(ctas_per_sm):
-        raise ValueError(f"knob ET_STAGE_BYTES={staging}: the stage buffer takes a multiple of "
+        raise ValueError(f"knob ET_STAGE_BYTES={staging}: the stage ring takes a multiple of "
                          f"16 bytes, at most {stage_bytes(ctas_per_sm)} with {ctas_per_sm} "
                          "CTA(s) per SM")
-    if staging and knobs.get("ET_PREFETCH_BYTES", 0):
-        raise ValueError(f"knobs ET_STAGE_BYTES={staging} and ET_PREFETCH_BYTES="
-                         f"{knobs['ET_PREFETCH_BYTES']}: the stage buffer and the prefetch "
-                         "window exclude each other; set one of them")
+    for other in ("ET_PREFETCH_BYTES", "ET_WEIGHTS_EVICT_FIRST"):
+        if staging and knobs.get(other, 0):
+            raise ValueError(f"knobs ET_STAGE_BYTES={staging} and {other}={knobs[other]}: "
+                             "with the stage ring, weights reach their tasks through it; set "
+                             "one of them")
     if knobs.get("ET_DEFER_MAX", 1) < 1:
         raise ValueError("knob ET_DEFER_MAX=0: a CTA holds back the notifies of at most "
                          "ET_DEFER_MAX - 1 tasks; it takes 1 (none) or more")
@@ -272,6 +278,8 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"',
+           '#include "eventtensor/stage.cuh"',
+           '#include "eventtensor/ring.cuh"',
            '#include "eventtensor/llm_common.cuh"',
            '#include "eventtensor/llm_dense.cuh"',
            '#include "eventtensor/llm_attention.cuh"', "",
@@ -461,29 +469,27 @@ def _tile(name: str, r: Region, g: _Gen, ren, role: str, slot: int | None = None
 def _staged_regions(g: _Gen, grid: TaskGrid) -> list[Region]:
     """The input tiles of `grid` that are staged before its tasks wait (weight prefetch):
     affine regions of input tensors, which no task writes, the first STAGE_TILES of them."""
+    if grid.kind == "nop":  # (thread 0 alone runs it: nothing reads staged tiles)
+        return []
     return [r for r in grid.reads if g.p.tensor(r.tensor).role == "input"
             and not r.map.is_data_dependent and g.p.tensor(r.tensor).dtype in CTYPE][:STAGE_TILES]
 
 
 def _stage(g: _Gen) -> list[str]:
-    """Staging of each grid's input tiles into the stage buffer (runtime.cuh et_stage)."""
+    """Each grid's input tiles handed to a stager (runtime.cuh et_stage, stage.cuh)."""
     def case(grid: TaskGrid, ren):
         regions = _staged_regions(g, grid)
         if not regions:
             return None
-        lines = ["        int used = 0;"]
+        lines = []
         for j, r in enumerate(regions):
             lines += _tile(f"p{j}", r, g, ren, "stage")
-            lines += [f"        void* const s{j} = et_stage_tile(p{j}, buf, used, "
-                      "ET_STAGE_BYTES / 2);",
-                      f"        if (threadIdx.x == 32) slots[{j}] = s{j};",
-                      f"        bytes += et_tile_bytes(p{j});"]
+            lines.append(f"        s.tile({j}, p{j});")
         return f"task grid {grid.name}", lines
 
     staging = [gi for gi, grid in enumerate(g.p.grids) if _staged_regions(g, grid)]
-    return _grid_switch(g, "__device__ int et_stage(const long long* A, const EtTask& task, "
-                           "void** slots, unsigned char* buf) {\n    int bytes = 0;", case,
-                        tail=("    return bytes;",)) + \
+    return _grid_switch(g, "template <class S>\n__device__ void et_stage(const long long* A, "
+                           "const EtTask& task, S& s) {", case) + \
         _grid_predicate(g, "et_has_stage", staging)
 
 

@@ -328,6 +328,7 @@ class Megakernel:
         self.ctas_per_sm = ctas_per_sm
         self.overlap_launches = overlap_launches
         self.source = generate(self.program, mode, ctas_per_sm, knobs)
+        self.stage_bytes = int((knobs or {}).get("ET_STAGE_BYTES", 0))  # dynamic shared memory
         self.name = kernel_name(self.program, mode, ctas_per_sm)
         self.compiled = compile_source(self.source, self.name)
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -345,14 +346,37 @@ class Megakernel:
     def _function(self):
         if self._func is None:
             from cuda.bindings import driver
-            self._func = load_kernel(self.compiled.cubin, self.name)
+            func = load_kernel(self.compiled.cubin, self.name)
+            if self.stage_bytes:
+                self._allow_stage_ring(func)
             blocks = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                self._func, THREADS, 0), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+                func, THREADS, self.stage_bytes), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             if blocks < self.ctas_per_sm:
                 raise RuntimeError(f"kernel {self.name} keeps {blocks} CTA(s) of {THREADS} "
                                    f"threads resident per SM, not {self.ctas_per_sm}; a "
                                    "persistent launch could hang")
+            self._func = func
         return self._func
+
+    def _allow_stage_ring(self, func) -> None:
+        """Let the kernel take its stage ring (knob ET_STAGE_BYTES) as dynamic shared memory
+        beside its static shared memory, or say why it cannot."""
+        from cuda.bindings import driver
+        attr, dev_attr = driver.CUfunction_attribute, driver.CUdevice_attribute
+        static = _check(driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                                  func), "cuFuncGetAttribute")
+        dev = _check(driver.cuDeviceGet(self.torch.cuda.current_device()), "cuDeviceGet")
+        most = _check(driver.cuDeviceGetAttribute(
+            dev_attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+            "cuDeviceGetAttribute")
+        if static + self.stage_bytes > most:
+            raise ValueError(f"knob ET_STAGE_BYTES={self.stage_bytes}: kernel {self.name} "
+                             f"has {static} bytes of static shared memory, and a CTA may take "
+                             f"{most} in all: the stage ring may take at most "
+                             f"{(most - static) // 1024 * 1024}")
+        _check(driver.cuFuncSetAttribute(
+            func, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.stage_bytes),
+            "cuFuncSetAttribute")
 
     def _num_triggers(self) -> int:
         """Trigger edges of the program; edge j in program order is ET_TRIGGER_STATE(j)."""
@@ -463,8 +487,9 @@ class Megakernel:
         s = stream if stream is not None else self.torch.cuda.current_stream()
         params = ((st.args.data_ptr(),), (ctypes.c_void_p,))
         if not self.overlap_launches:
-            _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1, 0,
-                                         s.cuda_stream, params, 0), "cuLaunchKernel")
+            _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1,
+                                         self.stage_bytes, s.cuda_stream, params, 0),
+                   "cuLaunchKernel")
             return
         config = self._overlap_config()
         config.hStream = driver.CUstream(s.cuda_stream)
@@ -478,7 +503,7 @@ class Megakernel:
             config = driver.CUlaunchConfig()
             config.gridDimX, config.gridDimY, config.gridDimZ = self.num_ctas, 1, 1
             config.blockDimX, config.blockDimY, config.blockDimZ = THREADS, 1, 1
-            config.sharedMemBytes = 0
+            config.sharedMemBytes = self.stage_bytes
             overlap = driver.CUlaunchAttribute()
             ids = driver.CUlaunchAttributeID
             overlap.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
@@ -503,6 +528,11 @@ class Megakernel:
             msg = (f"watchdog: SM {sm} waited more than {self.watchdog_ns / 1e9:.3g} s for queue "
                    f"slot {elem} of program '{self.program.name}' at {b.env}")
             raise DeadlockError(msg, [{"sm": sm, "task": None, "event": None}])
+        if kind == 3:
+            msg = (f"watchdog: task {b.task_name(task)} on SM {sm} waited more than "
+                   f"{self.watchdog_ns / 1e9:.3g} s for its input tiles in stage ring slot "
+                   f"{elem} of program '{self.program.name}' at {b.env}")
+            raise DeadlockError(msg, [{"sm": sm, "task": b.task_name(task), "event": None}])
         rec = {"sm": sm, "task": b.task_name(task), "event": b.element_name(elem),
                "counter": counter, "wait_count": count}
         raise DeadlockError(

@@ -63,19 +63,18 @@ __device__ __forceinline__ long long et_off(const EtTileT<T>& t, int d, int i) {
     return (long long)(t.idx[d] ? t.idx[d][i] : i) * t.s[d];
 }
 
-// Bring a tile's cache lines into L2 (no wait): the next task's input tiles (weights), loaded
-// while the current task notifies and the next one waits on its events. Issued by warps 1 ..
-// (thread j - 32 takes lines j - 32, j - 32 + blockDim.x - 32, ...), so warp 0, whose thread
-// 0 notifies meanwhile, does not diverge; 32-bit index math. (Not L1: the acquire that ends
-// a wait invalidates the SM's L1.)
+// Bring a tile's cache lines into L2 (no wait): a task's input tiles (weights), loaded
+// before it waits on its events (stage.cuh). Threads me, me + step, ... of the caller's take
+// lines me, me + step, ...; 32-bit index math. (Not L1: the acquire that ends a wait
+// invalidates the SM's L1.)
 template <typename T>
-__device__ void et_prefetch_tile(const EtTileT<T>& t) {
-    if (t.rank == 0 || threadIdx.x < 32) return;
+__device__ void et_prefetch_tile(const EtTileT<T>& t, int me, int step) {
+    if (t.rank == 0) return;
     const int per_line = 128 / (int)sizeof(T), last = t.rank - 1;
     const int chunks = ((int)t.n[last] + per_line - 1) / per_line;
     int rows = 1;
     for (int d = 0; d < last; ++d) rows *= (int)t.n[d];
-    for (int e = (int)threadIdx.x - 32; e < rows * chunks; e += (int)blockDim.x - 32) {
+    for (int e = me; e < rows * chunks; e += step) {
         int r = e / chunks;
         long long off = et_off(t, last, (e - r * chunks) * per_line);
         for (int d = last - 1; d >= 0; --d) {
@@ -87,24 +86,10 @@ __device__ void et_prefetch_tile(const EtTileT<T>& t) {
     }
 }
 
-// ------------------------------------------------------------------ staging (weight prefetch)
+// ------------------------------------------------------------------ staged tiles
 //
-// A task's input tiles (regions of tensors no task writes) are copied into shared memory
-// while the task still waits on its events, by warps 1 .. after the body of the task before
-// it; the body then reads them there, as a dense row-major tile (`et_staged`). Copies are
-// asynchronous (cp.async): 16-byte words where every row of the tile is a run of whole,
-// aligned words, else one element of 4 bytes at a time; 2-byte elements off that alignment
-// are copied by plain loads and stores. Each thread later waits for its own copies
-// (`et_cp_async_wait_all`), then a CTA barrier makes all of them visible.
-
-__device__ __forceinline__ void et_cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void et_cp_async4(void* dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;"
-                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
-}
+// A task's input tiles may be staged in shared memory before the task waits (stage.cuh); the
+// body then reads them there, as dense row-major tiles (`et_staged`).
 
 // The number of rows of tile t (the product of its extents but the last).
 // (The loops over dimensions of this section are unrolled over the 4 a tile may have, so
@@ -143,9 +128,9 @@ __device__ __forceinline__ int et_tile_bytes(const EtTileT<T>& t) {
     return et_rows(t) * cols * (int)sizeof(T);
 }
 
-// Tile t, or, if the stage buffer holds a copy of it (staged[j] set, see et_stage_tile), the
-// dense row-major view of that copy (field by field, not a choice between two
-// tiles, which would put them in local memory).
+// Tile t, or, if the stage ring holds a copy of it (staged[j] set, see stage.cuh), the
+// dense row-major view of that copy (field by field, not a choice between two tiles, which
+// would put them in local memory).
 template <typename T>
 __device__ __forceinline__ EtTileT<T> et_staged(EtTileT<T> t, void* const* staged, int j) {
     T* const p = staged ? static_cast<T*>(staged[j]) : nullptr;
@@ -173,50 +158,6 @@ __device__ __forceinline__ bool et_rows_of_words(const EtTileT<T>& t) {
             ok &= !t.idx[d] && t.s[d] == 1 && (t.n[d] * (long long)sizeof(T)) % 16 == 0;
     }
     return ok;
-}
-
-// Warps 1 .. of the CTA: copy tile t into the stage buffer `buf` at byte offset `used`
-// (rounded up to 16) if it fits within `cap` bytes; returns its place there (and advances
-// `used`), or, if it does not fit, nullptr after prefetching it into L2.
-template <typename T>
-__device__ T* et_stage_tile(const EtTileT<T>& t, unsigned char* buf, int& used, int cap) {
-    if (t.rank == 0) return nullptr;
-    int cols = 1;
-#pragma unroll
-    for (int d = 0; d < 4; ++d)
-        if (d + 1 == t.rank) cols = (int)t.n[d];
-    const int at = (used + 15) & ~15, rows = et_rows(t);
-    const long long bytes = (long long)rows * cols * (long long)sizeof(T);
-    if (at + bytes > cap || rows * cols == 0) {
-        et_prefetch_tile(t);
-        return nullptr;
-    }
-    used = at + (int)bytes;
-    T* dst = reinterpret_cast<T*>(buf + at);
-    if (threadIdx.x < 32) return dst;
-    const int me = (int)threadIdx.x - 32, step = (int)blockDim.x - 32;
-    long long last_stride = 1;
-    const int* last_idx = nullptr;
-#pragma unroll
-    for (int d = 0; d < 4; ++d)
-        if (d + 1 == t.rank) last_stride = t.s[d], last_idx = t.idx[d];
-    if (et_rows_of_words(t)) {
-        const int words = cols * (int)sizeof(T) / 16;
-        for (int e = me; e < rows * words; e += step) {
-            const int r = e / words, w = e - r * words;
-            et_cp_async16(reinterpret_cast<unsigned char*>(dst + (long long)r * cols) + 16 * w,
-                          reinterpret_cast<const unsigned char*>(t.p + et_row_off(t, r)) + 16 * w);
-        }
-    } else {
-        for (int e = me; e < rows * cols; e += step) {
-            const int r = e / cols, c = e - r * cols;
-            const T* src = t.p + et_row_off(t, r) + (long long)(last_idx ? last_idx[c] : c) *
-                                                      last_stride;
-            if constexpr (sizeof(T) == 4) et_cp_async4(dst + e, src);
-            else dst[e] = *src;
-        }
-    }
-    return dst;
 }
 
 // Element `i` of the tile flattened over its first `dims` dimensions, at offset `last` in

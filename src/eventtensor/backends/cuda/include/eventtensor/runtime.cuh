@@ -10,7 +10,8 @@ typedef unsigned long long u64;
 
 // ------------------------------------------------------------------ error record
 // err[0]: flag (0 ok, 1 watchdog), err[1]: task, err[2]: element, err[3]: counter value,
-// err[4]: wait count, err[5]: SM (CTA), err[6]: kind (1 wait, 2 queue pop)
+// err[4]: wait count, err[5]: SM (CTA), err[6]: kind (1 wait, 2 queue pop, 3 stage ring slot
+// (err[2]) of the task)
 #define ET_ERR_WATCHDOG 1
 
 __device__ __forceinline__ u64 et_ld_acquire(const u64* p) {
@@ -215,11 +216,10 @@ __device__ int et_extra_waits(const long long* A, const EtTask& task);
 // Whether tasks of grid g read input tiles that et_stage stages (affine regions of input
 // tensors).
 __device__ __forceinline__ bool et_has_stage(int g);
-// Warps 1 ..: the input tiles of `task` into the stage buffer (et_stage_tile), as many as
-// fit; slots[j]: where its j-th input tile lies there, or null (the tile was prefetched into
-// L2 instead). Returns the bytes of those tiles.
-__device__ int et_stage(const long long* A, const EtTask& task, void** slots,
-                        unsigned char* buf);
+// Each staged input tile t of `task` handed to the stager s as s.tile(j, t), j its place
+// among the task's staged tiles (stage.cuh).
+template <class S>
+__device__ void et_stage(const long long* A, const EtTask& task, S& s);
 // Thread 0, after the body: data-dependent notifies of `task`.
 __device__ void et_extra_notifies(const long long* A, const EtTask& task);
 // Wait count of element x whose count is read at run time from a tensor (table value -1).
@@ -478,39 +478,36 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
     if (ok == 1) et_publish_task(A, v, prof);
 }
 
-// The stage buffer (weight prefetch, opt-in): ET_STAGE_BYTES of shared memory (codegen.py
-// `stage_bytes` gives the most that fits the CTAs of an SM; 0, the default: no staging, input
-// tiles are prefetched into L2: on the examples' small tiles the copies and the barrier they
-// need cost more than reading L2 saves, see benchmarks/results) in two halves: the
-// input tiles of the task a CTA runs now and of the one after it, and where each of them lies
-// there. A static task at an even position of the CTA's stream uses half 0, at an odd one
-// half 1, so that the tiles of the next task are copied while the current one runs.
+// Weight prefetch (stage.cuh), one of three ways:
+// - ET_STAGE_BYTES > 0: the stage ring, that many bytes of dynamic shared memory (codegen.py
+//   `stage_bytes` gives the most that fits the CTAs of an SM) into which warp 1 copies the
+//   input tiles of the static tasks ahead of the one its CTA runs; their bodies read them
+//   there;
+// - ET_PREFETCH_BYTES > 0: the prefetch window: warps 1 .. keep the input tiles of the tasks
+//   after the current one of the static chunk in flight into L2, up to that many bytes
+//   beyond the current task (at least one task);
+// - neither (the default): warps 1 .. prefetch the next task's tiles into L2 at the start of
+//   the current one.
 #ifndef ET_STAGE_BYTES
 #define ET_STAGE_BYTES 0
 #endif
 #define ET_STAGE_TILES 4  // input tiles staged per task (et_stage), at most
-
-// The prefetch window (opt-in, without the stage buffer): ET_PREFETCH_BYTES > 0 has warps
-// 1 .. of a CTA keep the input tiles of the tasks after the current one of its static chunk
-// in flight into L2, up to that many bytes beyond the current task (at least one task), so
-// that a CTA's stream of weight reads does not pause at each task's waits. 0, the default:
-// only the next task's tiles are prefetched, at the start of the current one.
+#ifndef ET_STAGE_SLOTS
+#define ET_STAGE_SLOTS 8  // tasks staged in the stage ring and not yet run, at most
+#endif
 #ifndef ET_PREFETCH_BYTES
 #define ET_PREFETCH_BYTES 0
 #endif
 static_assert(ET_PREFETCH_BYTES == 0 || ET_STAGE_BYTES == 0,
-              "the prefetch window and the stage buffer exclude each other");
-__device__ __forceinline__ void** et_stage_slots(int half) {
-    __shared__ void* slots[2][ET_STAGE_TILES];
-    return slots[half];
-}
-__device__ __forceinline__ unsigned char* et_stage_buf(int half) {
-    __shared__ alignas(16) unsigned char buf[ET_STAGE_BYTES > 0 ? ET_STAGE_BYTES : 32];
-    return ET_STAGE_BYTES > 0 ? buf + half * (ET_STAGE_BYTES / 2) : nullptr;
-}
-__device__ __forceinline__ void et_cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
+              "the prefetch window and the stage ring exclude each other");
+// Threads me, me + step, ...: the input tiles of `task` into L2; returns their bytes.
+__device__ int et_prefetch_task(const long long* A, const EtTask& task, int me, int step);
+// The tiles of the task holding stage ring slot `slot` (null: a tile left to L2).
+__device__ void* const* et_ring_tiles(int slot);
+// Every thread: wait until the tiles of ring slot `slot` (phase parity `parity`) landed.
+__device__ bool et_ring_wait(const long long* A, int task, int slot, unsigned parity);
+// Thread 0 at kernel entry, before the CTA barrier of et_load_args: the ring's mbarriers.
+__device__ void et_ring_init();
 
 // Whether a static task of grid g takes et_do_sync_task (thread 0 alone).
 __device__ __forceinline__ bool et_thread0_task(int g) {
@@ -521,31 +518,27 @@ __device__ __forceinline__ bool et_thread0_task(int g) {
 #endif
 }
 
-// Whether et_do_task stages the input tiles of `next`.
-__device__ __forceinline__ bool et_stages(const EtTask& next) {
-    return ET_STAGE_BYTES > 0 && next.id >= 0 && et_has_stage(next.a.x);
+// Warps 1 .. of the CTA, at the start of a static task, without the stage ring or the
+// prefetch window: the input tiles of `next` into L2, while thread 0 waits on the task's
+// events.
+__device__ __forceinline__ void et_prefetch_next(const long long* A, const EtTask& next) {
+    if (ET_STAGE_BYTES > 0 || ET_PREFETCH_BYTES > 0 || threadIdx.x < 32 || next.id < 0 ||
+        !et_has_stage(next.a.x))
+        return;
+    et_prefetch_task(A, next, (int)threadIdx.x - 32, (int)blockDim.x - 32);
 }
 
-// Warps 1 .. of the CTA, at the start of a static task in stage-buffer half `half`: wait for
-// the copies of its own staged tiles (`staged`), then start those of `next` into the other
-// half (or prefetch them into L2), while thread 0 waits on the task's events.
-__device__ __forceinline__ void et_stage_next(const long long* A, const EtTask& next, int half,
-                                              bool staged) {
-    if (threadIdx.x < 32 || ET_PREFETCH_BYTES > 0) return;  // (the window prefetches)
-    if (staged) et_cp_async_wait_all();
-    if (next.id >= 0) et_stage(A, next, et_stage_slots(half ^ 1), et_stage_buf(half ^ 1));
-}
-
-// Whether thread 0 may hold back the notifies of `v` (see EtRun) with `next` (its waits:
-// `next_waits`, `num_next_waits`) the task its CTA runs next.
-__device__ __forceinline__ bool et_defers(const EtView& v, const EtTask& next,
-                                          const int2* next_waits, int num_next_waits,
-                                          const EtRun& run) {
+// Whether `next` (its table waits: `next_waits`, `num_next_waits`), the static task a CTA runs
+// after the one of `v`, cannot block: it has no waits, or the same table waits as `v`
+// (satisfied once `v` ran: counters only grow during a launch) and no data-dependent ones,
+// and both take the whole CTA. Static and unfused modes only (no armed runtime counts).
+__device__ __forceinline__ bool et_free_run(const EtView& v, const EtTask& next,
+                                            const int2* next_waits, int num_next_waits) {
 #ifdef ET_ARMED_COUNTS
     return false;
 #else
     if (next.id < 0 || et_thread0_task(v.task.a.x) || et_thread0_task(next.a.x) ||
-        et_has_extra_waits(next.a.x) || run.n + 1 >= ET_DEFER_MAX)
+        et_has_extra_waits(next.a.x))
         return false;
     if (num_next_waits == 0) return true;
     if (num_next_waits != v.num_waits) return false;
@@ -557,31 +550,37 @@ __device__ __forceinline__ bool et_defers(const EtView& v, const EtTask& next,
 
 // Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
 // waits and after the body (a static task without a body: et_do_sync_task). Meanwhile warps
-// 1 .. stage the input tiles of `next` (et_stage_next); the body of a task whose tiles are
-// staged (`staged`, in half `half` of the stage buffer) reads them there, after the first
-// barrier. A static task's notifies go to `run` (thread 0's), published now unless `defer`
+// 1 .. prefetch the input tiles of `next` into L2 (et_prefetch_next); a task holding stage
+// ring slot `slot` (phase parity `parity`; -1: none) waits for its tiles there before the
+// first barrier and its body reads them there. With `satisfied` (et_free_run: the task
+// before it on the CTA waited on the same events) its table waits are skipped. A static
+// task's notifies go to `run` (thread 0's), published now unless `defer`
 // (see EtRun). `fetch_ns`: when the task was fetched (profiling). A task of the device queue
 // (`DYNAMIC`) is retired after its notifies; in hybrid mode a static task's blocked wait
 // runs popped dynamic tasks in between (`et_wait_task`), then waits again. False if the
 // launch is aborting.
 template <bool DYNAMIC>
 __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& next,
-                           u64 fetch_ns, bool staged, int half, EtRun* run, bool defer) {
+                           u64 fetch_ns, int slot, unsigned parity, bool satisfied,
+                           EtRun* run, bool defer) {
     __shared__ int s_ok, s_nest;
-    if (!DYNAMIC) et_stage_next(A, next, half, staged);
+    if (!DYNAMIC) et_prefetch_next(A, next);
     if (!DYNAMIC && et_thread0_task(v.task.a.x)) {
         if (threadIdx.x == 0) et_do_sync_task(A, v, fetch_ns);
         return true;
     }
     int ok = 1;  // a task without waits or staged tiles needs neither verdict nor barrier
-    while (v.num_waits || et_has_extra_waits(v.task.a.x) || staged) {
-        if (threadIdx.x == 0) {
+    while ((v.num_waits && !satisfied) || et_has_extra_waits(v.task.a.x) || slot >= 0) {
+        if (threadIdx.x == 0 && !satisfied) {
 #ifdef ET_HYBRID
             s_ok = et_wait_task(A, v, DYNAMIC ? nullptr : &s_nest);
 #else
             s_ok = et_wait_task(A, v, nullptr);
 #endif
         }
+        if (threadIdx.x == 0 && satisfied) s_ok = 1;
+        if (slot >= 0 && !et_ring_wait(A, v.task.id, slot, parity) && threadIdx.x == 0)
+            s_ok = 0;  // (aborting)
         __syncthreads();
         ok = s_ok;
         if (ok != ET_WAIT_NEST) break;
@@ -589,7 +588,8 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& ne
             const int t = s_nest;
             __syncthreads();  // s_ok and s_nest are read before the nested task rewrites them
             if (!et_do_task<true>(A, et_global_view(A, t), et_no_task(),
-                                  ET_PROF ? et_globaltimer() : 0, false, 0, nullptr, false))
+                                  ET_PROF ? et_globaltimer() : 0, -1, 0, false, nullptr,
+                                  false))
                 return false;
         }
     }
@@ -599,7 +599,7 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& ne
         et_stamp(prof, v.task.id, 1);
     }
     if (ok == 0) return false;
-    if (ok == 1) et_run_task(A, v.task, staged ? et_stage_slots(half) : nullptr);
+    if (ok == 1) et_run_task(A, v.task, slot >= 0 ? et_ring_tiles(slot) : nullptr);
     if (threadIdx.x == 0) et_stamp(prof, v.task.id, 2);
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -754,17 +754,36 @@ __device__ __forceinline__ void et_prefetch_window(const long long* A, const EtC
         t.id = ch.id[pf];
         t.a = ch.rec[2 * pf];
         t.b = ch.rec[2 * pf + 1];
-        bytes[pf] = et_has_stage(t.a.x) ? et_stage(A, t, et_stage_slots(0), nullptr) : 0;
+        bytes[pf] = et_has_stage(t.a.x)
+                        ? et_prefetch_task(A, t, (int)threadIdx.x - 32, (int)blockDim.x - 32)
+                        : 0;
         ahead += bytes[pf++];
     }
 }
+
+// The stage ring's copying warp (stage.cuh): its state, the same in each of its lanes: the
+// next stream position to consider, the ordinal (among the CTA's staged tasks) of the next
+// task to stage and the ring position of the next allocation.
+struct EtRingFill {
+    int next;
+    unsigned q, head;
+};
+// Warp 1, at the start of the static task whose staged ordinal is `q_run`: stage the tasks
+// from f.next on, up to stream position `hi` (the chunk `ch` holds positions p0 .. p0 + n).
+__device__ void et_ring_fill(const long long* A, const EtChunk& ch, int p0, int n, int hi,
+                             unsigned q_run, EtRingFill& f);
+// Warp 1, once the CTA ran its last task or aborts: wait until every copy it issued landed.
+__device__ void et_ring_drain(unsigned q_run, const EtRingFill& f);
 
 __device__ bool et_static_loop(const long long* A) {
     EtChunk& ch = et_chunk();
     const int lo = (int)A[ET_SM_ARGS], hi = (int)A[ET_SM_ARGS + 1];
     const int w_end = (int)A[ET_SM_ARGS + 3], n_end = (int)A[ET_SM_ARGS + 5];
     int w0 = (int)A[ET_SM_ARGS + 2], n0 = (int)A[ET_SM_ARGS + 4];
-    bool staged = false;  // whether the task up next has its input tiles staged
+    const bool filler = ET_STAGE_BYTES > 0 && threadIdx.x / 32 == 1;  // the ring's copier
+    EtRingFill fill = {lo, 0u, 0u};
+    unsigned q_run = 0;  // the staged ordinal of the next staged task the CTA runs
+    bool ok = true;
     EtRun& run = et_run();  // thread 0: the tasks whose notifies it holds back
     if (threadIdx.x == 0) run.n = 0;
     for (int p0 = lo; p0 < hi; p0 += ET_CHUNK) {
@@ -794,10 +813,12 @@ __device__ bool et_static_loop(const long long* A) {
         const int2* waits = wait_staged ? ch.wait : ET_STREAM_WAIT + w0;
         const int* notifies = notify_staged ? ch.notify : ET_STREAM_NOTIFY + n0;
         int pf = 0, ahead = 0, bytes[ET_PREFETCH_BYTES > 0 ? ET_CHUNK : 1];  // (the window)
+        bool satisfied = false;  // the waits of the task up next are (et_free_run)
         for (int k = 0; k < n; ++k) {
             const u64 fetch_ns = ET_PROF ? et_globaltimer() : 0;
             if (ET_PREFETCH_BYTES > 0 && threadIdx.x >= 32)
                 et_prefetch_window(A, ch, k, n, pf, ahead, bytes);
+            if (filler) et_ring_fill(A, ch, p0, n, hi, q_run, fill);
             EtView v;
             v.task.id = ch.id[k];
             v.task.a = ch.rec[2 * k];
@@ -812,17 +833,22 @@ __device__ bool et_static_loop(const long long* A) {
                 next.a = ch.rec[2 * k + 2];
                 next.b = ch.rec[2 * k + 3];
             }
-            const bool defer = threadIdx.x == 0 &&  // (thread 0's decision)
-                               et_defers(v, next, waits + (next.a.y - w0),
-                                         next.a.z - next.a.y, run);
-            if (!et_do_task<false>(A, v, next, fetch_ns, staged, (p0 + k) & 1, &run, defer))
-                return false;
-            staged = et_stages(next);
+            const bool free_next = et_free_run(v, next, waits + (next.a.y - w0),
+                                               next.a.z - next.a.y);
+            const bool defer = threadIdx.x == 0 && free_next && run.n + 1 < ET_DEFER_MAX;
+            const bool ring = ET_STAGE_BYTES > 0 && et_has_stage(v.task.a.x);
+            ok = et_do_task<false>(A, v, next, fetch_ns, ring ? (int)(q_run % ET_STAGE_SLOTS) : -1,
+                                   (q_run / ET_STAGE_SLOTS) & 1, satisfied, &run, defer);
+            if (!ok) break;
+            q_run += ring;
+            satisfied = free_next;
         }
+        if (!ok) break;
         w0 += nw;
         n0 += nn;
     }
-    return true;
+    if (filler) et_ring_drain(q_run, fill);
+    return ok;
 }
 
 // Dynamic and hybrid modes, at launch: the ready dynamic tasks are pushed (spread over the
@@ -844,7 +870,7 @@ __device__ void et_dynamic_loop(const long long* A) {
         const int t = s_task;
         if (t < 0) return;
         if (!et_do_task<true>(A, et_global_view(A, t), et_no_task(),
-                              ET_PROF ? et_globaltimer() : 0, false, 0, nullptr, false))
+                              ET_PROF ? et_globaltimer() : 0, -1, 0, false, nullptr, false))
             return;
     }
 }
@@ -869,6 +895,7 @@ __device__ void et_run_hybrid(const long long* A) {
         __shared__ long long A[ET_SLOTS];                                                     \
         const u64 entry_ns = et_globaltimer();                                                \
         et_allow_next_launch();                                                               \
+        et_ring_init();                                                                       \
         const long long epoch = et_load_args(A, args);                                        \
         et_stamp_cta(A, 0, entry_ns);                                                         \
         et_stamp_cta(A, 1, ET_PROF ? et_globaltimer() : 0);                                   \
