@@ -36,6 +36,8 @@ inline int __shfl_xor_sync(unsigned mask, int v, int o) {
     return v;
 }
 inline float rsqrtf(float v) { return 1.f / std::sqrt(v); }
+static bool et_host_staged = false;  // whether the case's tiles count as staged (shared)
+inline bool __isShared(const void*) { return et_host_staged; }
 """
 
 
@@ -73,14 +75,18 @@ class Case:
     params: dict = field(default_factory=dict)
     coords: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
+    staged: bool = False  # its tiles as if in shared memory (the stage ring)
 
 
-def linear(n, k, c, wdt=B, x_lo=(0, 0), w_shape=None, w_lo=(0, 0), out=None, **kw):
-    """linear_partial of x rows [n, k] (from x_lo of a [n + x_lo[0], k + x_lo[1] + 3] tensor)
-    and w [c, k] (from w_lo of w_shape); out [n, c], or the Tile given."""
-    x = Tile((n + x_lo[0], k + x_lo[1] + 3), x_lo, (n, k), **kw)
+def linear(n, k, c, wdt=B, x_lo=(0, 0), w_shape=None, w_lo=(0, 0), out=None, staged=False,
+           x_cols=3, **kw):
+    """linear_partial of x rows [n, k] (from x_lo of a [n + x_lo[0], k + x_lo[1] + x_cols]
+    tensor) and w [c, k] (from w_lo of w_shape, with `staged` as if in shared memory); out
+    [n, c], or the Tile given."""
+    x = Tile((n + x_lo[0], k + x_lo[1] + x_cols), x_lo, (n, k), **kw)
     w = Tile(w_shape or (c + w_lo[0], k + w_lo[1]), w_lo, (c, k), wdt)
-    return Case("linear_partial", {"x": x, "w": w}, {"out": out or Tile((n, c), (0, 0), (n, c))})
+    return Case("linear_partial", {"x": x, "w": w}, {"out": out or Tile((n, c), (0, 0), (n, c))},
+                staged=staged)
 
 
 def rows_case(kind, roles, n, cols, splits=(1, 1), lo=(0, 0), dtypes=(F, F), **data):
@@ -173,6 +179,13 @@ CASES = [
     # one row over two x chunks with several passes (x restaged per pass)
     linear(1, 128, 600), linear(1, 64, 256, x_lo=(0, 64), w_shape=(256, 256), w_lo=(0, 128)),
     linear(1, 4096, 300), linear(4, 128, 520),
+    # linear_partial, staged weights (et_linear_staged): rows of one word to 8192 columns
+    # (P from 1 to 256 threads a row), whole passes and a clipped one, one and two rows,
+    # float weights, a rank-3 out; x rows 16-byte aligned (x_cols 4)
+    *(linear(n, k, c, staged=True, x_cols=4, **kw) for n, k, c, kw in (
+        (1, 2048, 16, {}), (1, 8192, 16, {}), (2, 2048, 24, {}), (1, 128, 256, {}),
+        (2, 512, 70, {}), (1, 8, 5, {}), (1, 256, 300, {}), (2, 64, 33, {"wdt": F}),
+        (1, 1024, 40, {"out": Tile((2, 3, 60), (1, 1, 4), (1, 1, 40))}))),
     # linear_partial, lane groups (et_dot2): k not a multiple of 8, unaligned weight rows
     linear(5, 100, 48), linear(3, 64, 20, w_lo=(0, 4)), linear(2, 37, 16, F),
     linear(17, 30, 24, w_shape=(24, 31)),
@@ -335,7 +348,8 @@ def results(tmp_path_factory):
             lines += ["    " + line for line in c_tile(f"t_{role}", t, at)]
             names.append(f"t_{role}")
         call = ", ".join([*names, *case.args])
-        lines += [f"    et_run_cta([&] {{ et_body_{case.kind}({call}); }});", "}"]
+        lines += [f"    et_host_staged = {str(case.staged).lower()};",
+                  f"    et_run_cta([&] {{ et_body_{case.kind}({call}); }});", "}"]
         blocks.append("\n".join(lines))
         cases.append((case, outs, expectations(case, vals)))
     data, back = tmp / "data.bin", tmp / "back.bin"

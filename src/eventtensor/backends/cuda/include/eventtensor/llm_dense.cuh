@@ -623,9 +623,95 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
     }
 }
 
+// The staged path of linear_partial: w's tile in shared memory (the stage ring: dense rows
+// of k elements, whole 16-byte words), rows <= NB of x (unit column stride, rows 16-byte
+// aligned). Thread t = q * P + p, with P threads to a weight row (the largest power of two
+// <= both the words of a row and 256) and Q = 256 / P row lanes: in each pass over JR * Q
+// rows it takes the words p, p + P, ... of rows q, q + Q, ..., q + (JR - 1) * Q (a warp reads
+// contiguous words of one or more rows: no bank conflicts), JR of them in flight at once,
+// and the x words of the same columns, from global memory (four floats a load). The P
+// threads of a row add up their sums: shuffles within a warp, then, for P > 32, one float
+// per warp and cell in et_llm_smem, summed by the cell's thread. Not inlined (one copy per
+// NB). Barriers: uniform (passes and P depend on k and c only).
+template <int NB, typename X, typename W, typename O>
+__device__ __noinline__ void et_linear_staged(const X* x, const W* w, O* out, EtLinear g) {
+    constexpr int V = 16 / sizeof(W), JR = NB == 1 ? 16 : 8, CELLS = JR * NB;
+    const int words = g.k / V, t = (int)threadIdx.x, lane = t & 31, warp = t >> 5;
+    int P = 1;
+    while (2 * P <= words && 2 * P <= 256) P *= 2;
+    const int Q = 256 / P, p = t & (P - 1), q = t / P;
+    float* red = et_llm_smem();
+#pragma unroll 1
+    for (int j0 = 0; j0 < g.cols; j0 += Q * JR) {
+        float acc[JR][NB] = {};
+#pragma unroll 1
+        for (int c = p; c < words; c += P) {
+            EtWord16 wv[JR];
+#pragma unroll
+            for (int i = 0; i < JR; ++i) {
+                const int j = j0 + q + Q * i;
+                wv[i] = j < g.cols ? *reinterpret_cast<const EtWord16*>(w + j * g.wr + c * V)
+                                   : EtWord16{};
+            }
+            float xv[NB][V];
+#pragma unroll
+            for (int r = 0; r < NB; ++r)
+#pragma unroll
+                for (int e = 0; e < V; e += 4) {
+                    const float4 v = r < g.rows ? et_load4(x + r * g.xr + c * V + e)
+                                                : float4{0.f, 0.f, 0.f, 0.f};
+                    xv[r][e] = v.x, xv[r][e + 1] = v.y, xv[r][e + 2] = v.z, xv[r][e + 3] = v.w;
+                }
+#pragma unroll
+            for (int i = 0; i < JR; ++i)
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    const float we = et_word_at(wv[i], e, w);
+#pragma unroll
+                    for (int r = 0; r < NB; ++r) acc[i][r] += xv[r][e] * we;
+                }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            if (o < P)
+#pragma unroll
+                for (int i = 0; i < JR; ++i)
+#pragma unroll
+                    for (int r = 0; r < NB; ++r)
+                        acc[i][r] += __shfl_xor_sync(0xffffffffu, acc[i][r], o);
+        if (P <= 32) {  // the row's sums are whole in each of its lanes: lane p == i stores
+#pragma unroll
+            for (int i = 0; i < JR; ++i)
+#pragma unroll
+                for (int r = 0; r < NB; ++r) {
+                    const int j = j0 + q + Q * i;
+                    if ((i * NB + r) % P == p && j < g.cols && r < g.rows)
+                        out[r * g.dr + j * g.dc] = et_from_float<O>(acc[i][r]);
+                }
+            continue;
+        }
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < JR; ++i)
+#pragma unroll
+                for (int r = 0; r < NB; ++r) red[warp * CELLS + i * NB + r] = acc[i][r];
+        __syncthreads();
+        const int per_row = P / 32;  // warps holding sums of the same rows
+        if (t < Q * CELLS) {
+            const int qq = t / CELLS, cell = t - qq * CELLS, i = cell / NB, r = cell - i * NB;
+            const int j = j0 + qq + Q * i;
+            float sum = 0.f;
+            for (int k = 0; k < per_row; ++k) sum += red[(qq * per_row + k) * CELLS + cell];
+            if (j < g.cols && r < g.rows) out[r * g.dr + j * g.dc] = et_from_float<O>(sum);
+        }
+        __syncthreads();  // red is written again by the next pass (or the next body)
+    }
+}
+
 // linear_partial: out[.., r, j] = sum_t x[r, t] * w[j, t] for x [n, k], w [c, k] (HF layout,
-// [out, in]) and out [n, c] or [1, n, c]. Plain tiles: et_linear_blocks when w's rows are
-// runs of aligned 16-byte words, else et_dot2 (a lane group per cell); any other tile: one
+// [out, in]) and out [n, c] or [1, n, c]. Plain tiles whose w rows are runs of aligned
+// 16-byte words: et_linear_staged for w in shared memory (staged) and n <= 2, else
+// et_linear_blocks; other plain tiles: et_dot2 (a lane group per cell); any other tile: one
 // thread per cell.
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, const EtTileT<W>& w,
@@ -636,9 +722,13 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
         const EtLinear g = {rows, cols, k, (int)x.s[0], (int)x.s[1], (int)w.s[0],
                             et_back_s(out, 1), et_back_s(out, 0)};
         constexpr int V = 16 / sizeof(W);
-        if (w.s[1] == 1 && k % V == 0 && g.wr % V == 0 &&
-            reinterpret_cast<unsigned long long>(w.p) % 16 == 0)
-            return et_linear_blocks(x.p, w.p, out.p, g);
+        const bool words = w.s[1] == 1 && k % V == 0 && g.wr % V == 0 &&
+                           reinterpret_cast<unsigned long long>(w.p) % 16 == 0;
+        if (words && rows <= 2 && __isShared(w.p) && g.xk == 1 && g.xr % 4 == 0 &&
+            reinterpret_cast<unsigned long long>(x.p) % 16 == 0)
+            return rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
+                             : et_linear_staged<2>(x.p, w.p, out.p, g);
+        if (words) return et_linear_blocks(x.p, w.p, out.p, g);
         const EtDot2 d = {rows, cols, k, g.xr, 0, g.xk, 0, g.wr, (int)w.s[1], g.dr, g.dc};
         return et_dot2<1>(x.p, w.p, out.p, d);
     }

@@ -1,0 +1,147 @@
+"""Weight streaming of the linear_partial tile bodies in the megakernel, without events:
+one grid of independent tasks reads a bf16 weight matrix W [N, K] once (x [B, K] float32),
+so the time is the tile body and the weight prefetch alone. Side by side in one process:
+torch's bf16 GEMV on the same W, then each tile configuration, with the copy-bandwidth floor.
+
+    PYTHONPATH=src python3 benchmarks/linear_bench.py --out DIR \
+        --configs "rows=16,split=1,ring=196608" "rows=256,split=16,ring=0"
+
+A configuration: `rows` weight rows a task (its output columns), `split` K split into that
+many chunks (a task per chunk), `ring` the stage ring's bytes (knob ET_STAGE_BYTES; 0: L2
+prefetch of the next task's tile), `ctas` CTAs per SM. Each configuration's output is
+checked against torch's (fp32) before it is timed; a profiled launch gives the median task
+body and where the CTAs' time goes. Writes linear_bench.json and linear_bench.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from eventtensor import ProgramBuilder  # noqa: E402
+
+KEYS = {"rows": 16, "split": 1, "ring": 0, "ctas": 1}
+
+
+def parse_config(text: str) -> dict[str, int]:
+    """`text` "key=value,..." over KEYS (rows, split, ring, ctas)."""
+    out = dict(KEYS)
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        if key not in KEYS or not value.isdigit():
+            raise SystemExit(f"config {text!r}: {item!r} is not one of "
+                             f"{', '.join(f'{k}=N' for k in KEYS)}")
+        out[key] = int(value)
+    return out
+
+
+def linear_program(n: int, k: int, batch: int, rows: int, split: int):
+    """One grid of linear_partial tasks (1, n / rows, split): out[s, :, cols] = x[:, chunk s]
+    @ W[cols, chunk s]^T, no events."""
+    if n % rows or k % split:
+        raise SystemExit(f"rows={rows} must divide N={n} and split={split} K={k}")
+    c = k // split
+    pb = ProgramBuilder(f"linear_r{rows}_s{split}")
+    pb.input("x", (batch, k))
+    pb.input("w", (n, k), "bfloat16")
+    pb.output("out", (split, batch, n))
+    pb.grid("linear", "linear_partial", "mns", (1, n // rows, split),
+            reads={"x": f":, {c}*s:{c}*s + {c}", "w": f"{rows}*n:{rows}*n + {rows}, "
+                   f"{c}*s:{c}*s + {c}"},
+            writes={"out": f"s, :, {rows}*n:{rows}*n + {rows}"}, params={"x": "x", "w": "w"})
+    return pb.build()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=65536)
+    ap.add_argument("--k", type=int, default=2048)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--configs", nargs="+", default=["rows=16,split=1,ring=196608"])
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args(argv)
+    import torch
+    from decode_bench import git_commit, measure_copy_gb_s, time_ms
+
+    from eventtensor.backends.cuda.codegen import generate, kernel_name
+    from eventtensor.backends.cuda.compiler import compile_many
+    from eventtensor.backends.cuda.runtime import Megakernel
+    from eventtensor.schedule import prepare
+    if not torch.cuda.is_available():
+        raise SystemExit("linear_bench needs a CUDA GPU")
+    configs = [(text, parse_config(text)) for text in args.configs]
+    jobs = {}
+    for _, c in configs:
+        p = prepare(linear_program(args.n, args.k, args.batch, c["rows"], c["split"]), "static")
+        knobs = {"ET_STAGE_BYTES": c["ring"]} if c["ring"] else {}
+        jobs[generate(p, "static", c["ctas"], knobs)] = kernel_name(p, "static", c["ctas"])
+    print(f"[linear_bench] compiling {len(jobs)} kernels", file=sys.stderr, flush=True)
+    compile_many(list(jobs.items()))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(args.n, args.k, generator=gen, device="cuda").to(torch.bfloat16)
+    x = torch.randn(args.batch, args.k, generator=gen, device="cuda")
+    copy_gb_s = measure_copy_gb_s()
+    floor_ms = w.numel() * 2 / copy_gb_s / 1e6  # W read once at the copy's rate
+    want = x @ w.float().T
+    xb = x.to(torch.bfloat16)
+    torch_ms = time_ms(lambda: torch.nn.functional.linear(xb, w), args.iters, warmup=3)
+    rows = [{"config": "torch bf16 linear", "ms": torch_ms, "floor_ms": floor_ms}]
+    print(f"[linear_bench] torch {torch_ms:.3f} ms, floor {floor_ms:.3f} ms", file=sys.stderr,
+          flush=True)
+    for text, c in configs:
+        knobs = {"ET_STAGE_BYTES": c["ring"]} if c["ring"] else {}
+        mk = Megakernel(linear_program(args.n, args.k, args.batch, c["rows"], c["split"]),
+                        "static", ctas_per_sm=c["ctas"], knobs=knobs)
+        st = mk.launch({}, {"x": x, "w": w})
+        mk.sync(st)
+        got = st.arrays["tensors"]["out"].sum(0)
+        err = float((got - want).abs().max() / want.abs().max())
+        ms = time_ms(lambda mk=mk, st=st: mk.relaunch(st), args.iters, warmup=3)
+        prof_st = mk.launch({}, {"x": x, "w": w}, profile=True)
+        mk.sync(prof_st)
+        prof = mk.profile(prof_st)
+        t = prof.tasks[prof.ran]
+        body = (t[:, 3] - t[:, 1]) / 1e3    # waits satisfied .. barrier after the body
+        wait = (t[:, 1] - t[:, 0]) / 1e3    # fetched .. waits satisfied (the ring's wait)
+        row = {"config": text, **c, "ms": ms, "floor_ms": floor_ms, "err": err,
+               "tasks": int(prof.ran.size), "body_us_median": statistics.median(body),
+               "wait_us_median": statistics.median(wait),
+               "tile_kb": c["rows"] * args.k // c["split"] * 2 / 1024}
+        rows.append(row)
+        print(f"[linear_bench] {text}: {ms:.3f} ms ({floor_ms / ms:.0%} of the floor), body "
+              f"{row['body_us_median']:.2f} us, wait {row['wait_us_median']:.2f} us, "
+              f"err {err:.1e}", file=sys.stderr, flush=True)
+        del mk
+    meta = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
+            "gpu": torch.cuda.get_device_name(), "copy_gb_s": copy_gb_s, "n": args.n,
+            "k": args.k, "batch": args.batch,
+            "command": "python3 benchmarks/linear_bench.py " + " ".join(argv or sys.argv[1:])}
+    lines = [f"# Weight streaming of linear_partial: W [{args.n}, {args.k}] bf16, B = "
+             f"{args.batch}", "", f"{meta['date']}, commit {meta['commit']}, {meta['gpu']}. "
+             f"Command: `{meta['command']}`", "",
+             f"Floor: {floor_ms:.3f} ms (W read once at the measured copy bandwidth, "
+             f"{copy_gb_s:.0f} GB/s read + write).", "",
+             "| config | tile KB | tasks | ms | floor / ms | median body µs | median wait µs "
+             "| max err / scale |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| `{r['config']}` | {r.get('tile_kb', 0):.0f} | {r.get('tasks', '')} | "
+                     f"{r['ms']:.3f} | {r['floor_ms'] / r['ms']:.0%} | "
+                     f"{r.get('body_us_median', 0):.2f} | {r.get('wait_us_median', 0):.2f} | "
+                     f"{r.get('err', 0):.1e} |")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "linear_bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / "linear_bench.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
