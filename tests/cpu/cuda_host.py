@@ -29,7 +29,7 @@ PATCHES = {
             "et_host_mbar(bar)[0] -= 1; et_host_mbar(bar)[1] += bytes;",
         r'unsigned done;\s*asm volatile\("\{\\n\\t\.reg \.pred p;[^;]*;[^;]*;[^;]*;':
             "const unsigned done = et_host_mbar(bar)[0] == 0 && et_host_mbar(bar)[1] == 0;",
-        r'asm volatile\("cp\.async\.bulk[^;]*;[^;]*;':
+        r'(?s)asm volatile\("\{\\n\\t\.reg \.b64 policy;.*?"memory"\);':
             "et_host_copy(dst, src, bytes); et_host_mbar(bar)[1] -= bytes;",
     },
 }

@@ -36,11 +36,14 @@ __device__ __forceinline__ bool et_mbar_done(u64* bar, unsigned parity) {
     return done;
 }
 // `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned),
-// completing on `bar`.
+// completing on `bar`; in L2 the lines are the first to go (evict-first: a step reads each
+// weight once, and the kernel's code, activations and KV rows should stay there).
 __device__ __forceinline__ void et_bulk_copy(void* dst, const void* src, unsigned bytes,
                                              u64* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1], %2, [%3];"
+    asm volatile("{\n\t.reg .b64 policy;\n\t"
+                 "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
+                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1], %2, [%3], policy;\n\t}"
                  :: "r"(et_smem_addr(dst)), "l"(src), "r"(bytes), "r"(et_smem_addr(bar))
                  : "memory");
 }
