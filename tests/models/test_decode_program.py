@@ -295,10 +295,11 @@ def test_norm_and_residual_tiles_match_reference(model, mode):
 
 
 # q, k, v tiles across head boundaries (24 columns: q has 64, k and v 32, the last clipped),
-# unsplit q/k/v, down tiles of 40 of 64 columns, argmax partials over 100 of 256 columns
+# unsplit q/k/v, down tiles of 40 of 64 columns, SiLU tiles of 48 of 128 (across gate and up
+# tiles of 32), argmax partials over 100 of 256 columns
 # (3 LM-head tiles of 32 and part of a fourth each, the last clipped)
 FREE_TILES = DecodeTiles(rows=2, k_split=1, mlp_split=2, proj_tile=24, n_tile=32,
-                         down_tile=40, down_split=2, ffn_tile=32, vocab_tile=32,
+                         down_tile=40, down_split=2, ffn_tile=32, silu_tile=48, vocab_tile=32,
                          argmax_tile=100, kv_chunk=16)
 
 
@@ -315,6 +316,8 @@ def test_projection_tiles_across_heads():
     assert _producers(tables, names, "argmax_tile(0, 2)") == {
         "lm_head(0, 6)", "lm_head(0, 7)"}
     assert "argmax_tile(0, 3)" not in names and "l0_down_proj(0, 1, 1)" in names
+    assert _producers(tables, names, "l0_silu_mul(0, 1)") == {
+        f"l0_{w}_proj(0, {n}, {s})" for w in ("gate", "up") for n in (1, 2) for s in (0, 1)}
 
 
 @pytest.mark.parametrize("mode", ["static", "dynamic"])

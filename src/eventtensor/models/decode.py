@@ -45,7 +45,7 @@ Per layer l, tiles and events (events come from the tile regions unless named he
                           from attn_plan; reads the n_b chunk partials
   o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
   attn_residual (mn, E/RT) x + sum of o partials; mlp_norm (mn)
-  gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/tile), down_proj (mb, E/dtile, Sd): a down
+  gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/stile), down_proj (mb, E/dtile, Sd): a down
   chunk waits on the SiLU tiles it reads; mlp_residual (mn, E/RT) -> next layer's x rows
 then final_norm (mn), lm_head (mb, V/tile), argmax_tile (mb, V/argmax tile), argmax (mb).
 Before the
@@ -98,7 +98,8 @@ class DecodeTiles:
     proj_tile: int | None = None   # columns of a q, k or v tile; None: one KV head's
     n_tile: int = 128              # columns of an o_proj tile (of E)
     down_tile: int | None = None   # columns of a down_proj tile (of E); None: n_tile
-    ffn_tile: int = 128            # columns of a gate, up or SiLU tile (of F)
+    ffn_tile: int = 128            # columns of a gate or up tile (of F)
+    silu_tile: int | None = None   # columns of a SiLU tile (of F); None: ffn_tile
     down_split: int | None = None  # Sd: split of down_proj over F; None: one per ffn tile
     vocab_tile: int = 256          # columns of an LM-head tile (of V)
     argmax_tile: int | None = None  # columns of a partial argmax (of V); None: vocab_tile
@@ -147,8 +148,8 @@ class _Decode:
     def __init__(self, config: ModelConfig, max_batch: int, max_context: int, max_tokens: int,
                  tiles: DecodeTiles, weight_dtype: str, cache_dtype: str, name: str):
         self.cfg, self.t = config, tiles
-        for field in ("rows", "proj_tile", "n_tile", "down_tile", "ffn_tile", "vocab_tile",
-                      "argmax_tile", "kv_chunk", "norm_rows", "residual_tile"):
+        for field in ("rows", "proj_tile", "n_tile", "down_tile", "ffn_tile", "silu_tile",
+                      "vocab_tile", "argmax_tile", "kv_chunk", "norm_rows", "residual_tile"):
             if getattr(tiles, field) is not None and getattr(tiles, field) < 1:
                 raise ValueError(f"tiles.{field} must be positive")
         if max_batch < 1 or max_context < 1 or max_tokens < 1:
@@ -310,9 +311,10 @@ class _Decode:
         for proj in ("gate", "up"):
             self.linear(p + f"{proj}_proj", p + "h2", self.w(i, f"mlp.{proj}_proj"),
                         p + f"{proj}_part", n_f, t.ffn_tile, F, self.mlp_split, self.ms)
-        cols = _span("n", t.ffn_tile, F)
+        silu = t.silu_tile or t.ffn_tile
+        cols = _span("n", silu, F)
         pb.temp(p + "act", (self.B, F))
-        pb.grid(p + "silu_mul", "silu_mul", "mn", (self.mb, n_f),
+        pb.grid(p + "silu_mul", "silu_mul", "mn", (self.mb, -(-F // silu)),
                 reads={p + "gate_part": f":, {rows}, {cols}", p + "up_part": f":, {rows}, {cols}"},
                 writes={p + "act": f"{rows}, {cols}"},
                 params={"gate": p + "gate_part", "up": p + "up_part"})
