@@ -660,6 +660,25 @@ def git_commit() -> str:
         return "unknown"
 
 
+def run_meta(script: str, argv: list[str] | None, **fields: Any) -> dict[str, Any]:
+    """`fields` and what every benchmark run records: the date, the commit, the GPU and the
+    command (benchmarks/`script` and its arguments, quoted where they need it)."""
+    args = argv if argv is not None else sys.argv[1:]
+    return {**fields, "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
+            "gpu": torch.cuda.get_device_name(),
+            "command": f"python3 benchmarks/{script} " + " ".join(map(shlex.quote, args))}
+
+
+def write_run(out: str | Path, name: str, meta: dict[str, Any], rows: list[dict[str, Any]],
+              text: str) -> None:
+    """`name`.json (meta and rows) and `name`.md (`text`) in folder `out`; `text` printed."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / f"{name}.md").write_text(text)
+    print(text, flush=True)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if not torch.cuda.is_available():

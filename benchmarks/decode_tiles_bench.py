@@ -15,9 +15,7 @@ configuration's. Writes decode_tiles.json and decode_tiles.md.
 """
 from __future__ import annotations
 
-import json
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -116,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiles", action="append", help="field=value,... over gpu_tiles (repeat)")
     args = ap.parse_args(argv)
     import torch
-    from decode_bench import floor, git_commit, measure_copy_gb_s, time_ms
+    from decode_bench import floor, measure_copy_gb_s, run_meta, time_ms, write_run
 
     from eventtensor.models.gpu_decode import GpuDecodeSession, gpu_tiles
     from eventtensor.models.weights import random_weights_on_gpu
@@ -149,17 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
         del session
         torch.cuda.empty_cache()
-    meta = {"model": args.model, "mode": args.mode, "context": args.context,
-            "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
-            "gpu": torch.cuda.get_device_name(), "copy_gb_s": copy_gb_s,
-            "command": "python3 benchmarks/decode_tiles_bench.py " + " ".join(
-                repr(a) if (not a or " " in a) else a
-                for a in (argv if argv is not None else sys.argv[1:]))}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "decode_tiles.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    (out / "decode_tiles.md").write_text(markdown(meta, rows))
-    print(markdown(meta, rows), flush=True)
+    meta = run_meta("decode_tiles_bench.py", argv, model=args.model, mode=args.mode,
+                    context=args.context, copy_gb_s=copy_gb_s)
+    write_run(args.out, "decode_tiles", meta, rows, markdown(meta, rows))
     return 0
 
 

@@ -15,10 +15,8 @@ body and where the CTAs' time goes. Writes linear_bench.json and linear_bench.md
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -68,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
     import torch
-    from decode_bench import git_commit, measure_copy_gb_s, time_ms
+    from decode_bench import measure_copy_gb_s, run_meta, time_ms, write_run
 
     from eventtensor.backends.cuda.codegen import generate, kernel_name
     from eventtensor.backends.cuda.compiler import compile_many
@@ -119,28 +117,31 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['body_us_median']:.2f} us, wait {row['wait_us_median']:.2f} us, "
               f"err {err:.1e}", file=sys.stderr, flush=True)
         del mk
-    meta = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
-            "gpu": torch.cuda.get_device_name(), "copy_gb_s": copy_gb_s, "n": args.n,
-            "k": args.k, "batch": args.batch,
-            "command": "python3 benchmarks/linear_bench.py " + " ".join(argv or sys.argv[1:])}
-    lines = [f"# Weight streaming of linear_partial: W [{args.n}, {args.k}] bf16, B = "
-             f"{args.batch}", "", f"{meta['date']}, commit {meta['commit']}, {meta['gpu']}. "
+    meta = run_meta("linear_bench.py", argv, copy_gb_s=copy_gb_s, n=args.n, k=args.k,
+                    batch=args.batch)
+    write_run(args.out, "linear_bench", meta, rows, markdown(meta, rows))
+    return 0
+
+
+def markdown(meta: dict, rows: list[dict]) -> str:
+    """The table of a run: per configuration its time, share of the floor, median task body
+    and wait, and the error against torch's fp32 product."""
+    dash = "—"
+    lines = [f"# Weight streaming of linear_partial: W [{meta['n']}, {meta['k']}] bf16, B = "
+             f"{meta['batch']}", "", f"{meta['date']}, commit {meta['commit']}, {meta['gpu']}. "
              f"Command: `{meta['command']}`", "",
-             f"Floor: {floor_ms:.3f} ms (W read once at the measured copy bandwidth, "
-             f"{copy_gb_s:.0f} GB/s read + write).", "",
+             f"Floor: {rows[0]['floor_ms']:.3f} ms (W read once at the measured copy "
+             f"bandwidth, {meta['copy_gb_s']:.0f} GB/s read + write).", "",
              "| config | tile KB | tasks | ms | floor / ms | median body µs | median wait µs "
              "| max err / scale |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| `{r['config']}` | {r.get('tile_kb', 0):.0f} | {r.get('tasks', '')} | "
-                     f"{r['ms']:.3f} | {r['floor_ms'] / r['ms']:.0%} | "
-                     f"{r.get('body_us_median', 0):.2f} | {r.get('wait_us_median', 0):.2f} | "
-                     f"{r.get('err', 0):.1e} |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "linear_bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    (out / "linear_bench.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines), flush=True)
-    return 0
+        ours = "tasks" in r
+        cells = [f"{r['tile_kb']:.0f}", str(r["tasks"])] if ours else [dash, dash]
+        cells += [f"{r['ms']:.3f}", f"{r['floor_ms'] / r['ms']:.0%}"]
+        cells += [f"{r['body_us_median']:.2f}", f"{r['wait_us_median']:.2f}",
+                  f"{r['err']:.1e}"] if ours else [dash, dash, dash]
+        lines.append(f"| `{r['config']}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -231,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--seed", type=int, default=0, help="seed of a named config's weights")
     g.set_defaults(fn=cmd_generate)
     be = sub.add_parser("bench", help="run a benchmark (decode: the decode step against "
-                                      "PyTorch; megakernel: runtime overheads)")
-    be.add_argument("name", choices=("decode", "megakernel", "schedule"))
+                                      "PyTorch; decode_trace: its profile; decode_tiles: tile "
+                                      "configurations; linear: weight streaming of the linear "
+                                      "body; megakernel: runtime overheads)")
+    be.add_argument("name", choices=("decode", "decode_trace", "decode_tiles", "linear",
+                                     "megakernel", "schedule"))
     be.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own arguments")
     be.set_defaults(fn=cmd_bench)
     pr = sub.add_parser("print", help="print an example program as Python")

@@ -24,7 +24,8 @@ PATCHES = {
             "et_host_prefetch(t.p + off);",
     },
     "stage.cuh": {
-        r'asm volatile\("mbarrier\.init[^;]*;[^;]*;': "et_host_mbar(bar)[0] = count; et_host_mbar(bar)[1] = 0;",
+        r'asm volatile\("mbarrier\.init[^;]*;[^;]*;':
+            "et_host_mbar(bar)[0] = count; et_host_mbar(bar)[1] = 0;",
         r'asm volatile\("mbarrier\.arrive\.expect_tx[^;]*;[^;]*;':
             "et_host_mbar(bar)[0] -= 1; et_host_mbar(bar)[1] += bytes;",
         r'unsigned done;\s*asm volatile\("\{\\n\\t\.reg \.pred p;[^;]*;[^;]*;[^;]*;':
