@@ -429,7 +429,7 @@ def _tensor_of(grid: TaskGrid, role: str, which: str) -> str:
 
 def _tile(name: str, r: Region, g: _Gen, ren, role: str, slot: int | None = None) -> list[str]:
     """Lines building tile view `name` of region `r`; with `slot`, the view of its copy in
-    the stage buffer where et_stage put one there (runtime.cuh `et_staged`)."""
+    the stage ring where the ring put one there (bodies.cuh `et_staged`)."""
     t = g.p.tensor(r.tensor)
     if t.dtype not in CTYPE:
         raise UnsupportedOnGpu(f"tensor '{t.name}' has dtype {t.dtype}; the CUDA bodies take "

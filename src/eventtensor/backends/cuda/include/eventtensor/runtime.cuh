@@ -761,7 +761,7 @@ __device__ __forceinline__ void et_prefetch_window(const long long* A, const EtC
     }
 }
 
-// The stage ring's copying warp (stage.cuh): its state, the same in each of its lanes: the
+// The stage ring's copying warp (ring.cuh): its state, the same in each of its lanes: the
 // next stream position to consider, the ordinal (among the CTA's staged tasks) of the next
 // task to stage and the ring position of the next allocation.
 struct EtRingFill {
@@ -837,8 +837,9 @@ __device__ bool et_static_loop(const long long* A) {
                                                next.a.z - next.a.y);
             const bool defer = threadIdx.x == 0 && free_next && run.n + 1 < ET_DEFER_MAX;
             const bool ring = ET_STAGE_BYTES > 0 && et_has_stage(v.task.a.x);
-            ok = et_do_task<false>(A, v, next, fetch_ns, ring ? (int)(q_run % ET_STAGE_SLOTS) : -1,
-                                   (q_run / ET_STAGE_SLOTS) & 1, satisfied, &run, defer);
+            const int slot = ring ? (int)(q_run % ET_STAGE_SLOTS) : -1;
+            ok = et_do_task<false>(A, v, next, fetch_ns, slot, (q_run / ET_STAGE_SLOTS) & 1,
+                                   satisfied, &run, defer);
             if (!ok) break;
             q_run += ring;
             satisfied = free_next;
