@@ -24,25 +24,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_trace_bench import kind_summary, profile_tasks, step_args  # noqa: E402
+from decode_trace_bench import (  # noqa: E402
+    kind_summary,
+    profile_tasks,
+    split_config,
+    step_args,
+)
 
 from eventtensor.models import get_config  # noqa: E402
-from eventtensor.models.decode import tiles_with  # noqa: E402
-
-
-def split_config(base, text: str) -> tuple[object, dict]:
-    """(tiles, Megakernel options) of a --tiles text: its ET_* items are device-library
-    knobs, ctas_per_sm=N the CTAs per SM, the rest fields of the tiles (`tiles_with`)."""
-    knobs, kernel, rest = {}, {}, []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, _, value = item.partition("=")
-        if key.startswith("ET_"):
-            knobs[key] = int(value)
-        elif key == "ctas_per_sm":
-            kernel[key] = int(value)
-        else:
-            rest.append(item)
-    return tiles_with(base, ",".join(rest)), {**kernel, **({"knobs": knobs} if knobs else {})}
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,6 +26,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eventtensor.models import get_config  # noqa: E402
+from eventtensor.models.decode import tiles_with  # noqa: E402
+
+
+def split_config(base, text: str) -> tuple[object, dict]:
+    """(tiles, Megakernel options) of a --tiles text: its ET_* items are device-library
+    knobs, ctas_per_sm=N the CTAs per SM, the rest fields of the tiles (`tiles_with`)."""
+    knobs, kernel, rest = {}, {}, []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, value = item.partition("=")
+        if key.startswith("ET_"):
+            knobs[key] = int(value)
+        elif key == "ctas_per_sm":
+            kernel[key] = int(value)
+        else:
+            rest.append(item)
+    return tiles_with(base, ",".join(rest)), {**kernel, **({"knobs": knobs} if knobs else {})}
 
 
 def kind_summary(tasks: list[tuple[str, float, float]]) -> list[dict]:
@@ -54,6 +69,47 @@ def profile_tasks(kernel, st) -> list[tuple[str, float, float]]:
              (prof.tasks[t, 5] - t0) / 1e3) for t in prof.ran]
 
 
+def stall_summary(tables, prof, kinds: list[str]) -> dict:
+    """Where the CTAs' time goes in a profiled launch (`Megakernel.profile`), in µs summed over
+    the CTAs: task bodies (waits satisfied to the barrier after the body), waiting on events
+    (from the end of the CTA's task before to when the last producer of a waited element
+    notified), and the rest before a body starts (polls, the stage ring, barriers, dispatch).
+    Event waits are also split by the kind of the producer that notified last, and the rest
+    by the kind of the waiting task. `kinds[t]`: the kind of task t."""
+    ran, tasks, sm = prof.ran, prof.tasks, prof.sm
+    fetched, waited, barrier, notified = (tasks[:, k].astype(np.float64) for k in (0, 1, 3, 5))
+    ne, nt = tables.notify_elem, np.repeat(np.arange(len(tables.notify_ptr) - 1),
+                                           np.diff(tables.notify_ptr))
+    done_at = np.zeros(tables.bound.num_elements)
+    last_by = np.full(tables.bound.num_elements, -1)
+    order = np.argsort(notified[nt], kind="stable")      # later notifies overwrite earlier
+    done_at[ne[order]] = notified[nt[order]]
+    last_by[ne[order]] = nt[order]
+    out = {"body_us": 0.0, "event_us": 0.0, "other_us": 0.0,
+           "event_by_producer": defaultdict(float), "other_by_task": defaultdict(float)}
+    for s_ in np.unique(sm[ran]):
+        mine = ran[sm[ran] == s_]
+        mine = mine[np.argsort(fetched[mine], kind="stable")]
+        prev = fetched[mine[0]]
+        for t in mine:
+            w = tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]]
+            gap = max(0.0, waited[t] - prev)
+            event = 0.0
+            if w.size:
+                x = w[np.argmax(done_at[w])]
+                event = min(gap, max(0.0, done_at[x] - prev))
+                if event > 0 and last_by[x] >= 0:
+                    out["event_by_producer"][kinds[last_by[x]]] += event / 1e3
+            out["event_us"] += event / 1e3
+            out["other_us"] += (gap - event) / 1e3
+            out["other_by_task"][kinds[t]] += (gap - event) / 1e3
+            out["body_us"] += max(0.0, barrier[t] - waited[t]) / 1e3
+            prev = max(prev, barrier[t])
+    for key in ("event_by_producer", "other_by_task"):
+        out[key] = dict(sorted(out[key].items(), key=lambda kv: -kv[1]))
+    return out
+
+
 def markdown(meta: dict, results: list[dict]) -> str:
     lines = [f"# Decode step profile: {meta['model']}, {meta['mode']} mode, context "
              f"{meta['context']}", "",
@@ -68,6 +124,21 @@ def markdown(meta: dict, results: list[dict]) -> str:
                   "|---|---:|---:|---:|---:|"]
         lines += [f"| {k['kind']} | {k['tasks']} | {k['body_us']:.1f} | "
                   f"{100 * k['share']:.1f}% | {k['last_end_us']:.1f} |" for k in r["kinds"]]
+        st = r["stalls"]
+        total = st["body_us"] + st["event_us"] + st["other_us"] or 1.0
+        lines += ["", "Where the CTAs' time goes (µs summed over the CTAs, `stall_summary`): "
+                  f"bodies {st['body_us']:.0f} ({st['body_us'] / total:.0%}), waiting on "
+                  f"events {st['event_us']:.0f} ({st['event_us'] / total:.0%}), the rest "
+                  f"before a body (polls, stage ring, barriers, dispatch) {st['other_us']:.0f} "
+                  f"({st['other_us'] / total:.0%}).", "",
+                  "| waited on (last producer) | event µs | | waiting task | rest µs |",
+                  "|---|---:|---|---|---:|"]
+        ev, ot = list(st["event_by_producer"].items()), list(st["other_by_task"].items())
+        for k in range(min(8, max(len(ev), len(ot)))):
+            a = ev[k] if k < len(ev) else ("", None)
+            b = ot[k] if k < len(ot) else ("", None)
+            lines.append(f"| {a[0]} | {'' if a[1] is None else f'{a[1]:.0f}'} | | {b[0]} | "
+                         f"{'' if b[1] is None else f'{b[1]:.0f}'} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -89,11 +160,14 @@ def step_args(description: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = step_args(__doc__.split("\n\n")[0]).parse_args(argv)
+    ap = step_args(__doc__.split("\n\n")[0])
+    ap.add_argument("--tiles", default="", help="field=value,... over gpu_tiles (ET_*=N: "
+                    "device-library knobs, ctas_per_sm=N), as decode_tiles_bench takes them")
+    args = ap.parse_args(argv)
     import torch
-    from decode_bench import git_commit, time_ms
+    from decode_bench import run_meta, time_ms
 
-    from eventtensor.models.gpu_decode import GpuDecodeSession
+    from eventtensor.models.gpu_decode import GpuDecodeSession, gpu_tiles
     from eventtensor.models.weights import random_weights_on_gpu
     if not torch.cuda.is_available():
         raise SystemExit("decode_trace_bench needs a CUDA GPU")
@@ -102,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = get_config(args.model)
     batches = sorted({int(b) for b in args.batches.split(",")})
     print(f"[decode_trace] {args.model}: weights, compile", file=sys.stderr, flush=True)
-    session = GpuDecodeSession(cfg, random_weights_on_gpu(cfg, seed=0),
-                               max(args.max_batch, *batches),
-                               max(args.max_context, args.context), mode=args.mode)
+    max_batch = max(args.max_batch, *batches)
+    tiles, kernel_opts = split_config(gpu_tiles(cfg, max_batch), args.tiles)
+    session = GpuDecodeSession(cfg, random_weights_on_gpu(cfg, seed=0), max_batch,
+                               max(args.max_context, args.context), tiles, mode=args.mode,
+                               **kernel_opts)
     session.fill_caches(seed=0)
     kernel, results, traces = session.kernel, [], []
     for b in batches:
@@ -120,16 +196,15 @@ def main(argv: list[str] | None = None) -> int:
                                    f"{args.mode}")
         results.append({"batch": b, "step_ms": plain, "profiled_ms": profiled,
                         "makespan_us": trace.makespan_us, "busy": trace.busy_fraction(),
-                        "ctas": trace.num_sms, "kinds": kind_summary(profile_tasks(kernel, prof))})
+                        "ctas": trace.num_sms, "kinds": kind_summary(profile_tasks(kernel, prof)),
+                        "stalls": stall_summary(prof.tables, kernel.profile(prof), [
+                            kernel.program.grids[g].kind for g in prof.tables.bound.task_grid])})
         print(f"[decode_trace] B={b}: {plain:.3f} ms ({profiled:.3f} ms profiled), "
               f"makespan {trace.makespan_us:.1f} us", file=sys.stderr, flush=True)
         traces.append((b, trace))
     # the numbers first, then the files (a Gantt chart of ~36k tasks takes half a minute)
-    meta = {"model": args.model, "mode": args.mode, "context": args.context,
-            "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
-            "gpu": torch.cuda.get_device_name(),
-            "command": "python3 benchmarks/decode_trace_bench.py " + " ".join(
-                argv if argv is not None else sys.argv[1:])}
+    meta = run_meta("decode_trace_bench.py", argv, model=args.model, mode=args.mode,
+                    context=args.context, tiles=args.tiles)
     (out / "decode_trace.json").write_text(json.dumps({"meta": meta, "results": results},
                                                       indent=1))
     (out / "decode_trace.md").write_text(markdown(meta, results))

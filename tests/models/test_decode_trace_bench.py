@@ -18,8 +18,45 @@ def test_kind_summary_sums_body_time_per_kind():
     md = BENCH["markdown"]({"model": "m", "mode": "static", "context": 8, "date": "d",
                             "commit": "c", "gpu": "g", "command": "x"},
                            [{"batch": 1, "step_ms": 0.5, "profiled_ms": 0.6, "makespan_us": 6,
-                             "ctas": 2, "busy": 0.4, "kinds": rows}])
+                             "ctas": 2, "busy": 0.4, "kinds": rows,
+                             "stalls": {"body_us": 6.0, "event_us": 3.0, "other_us": 1.0,
+                                        "event_by_producer": {"rms_norm": 3.0},
+                                        "other_by_task": {"linear_partial": 1.0}}}])
     assert "| linear_partial | 2 | 4.0 | 80.0% | 4.0 |" in md and "## B = 1" in md
+    assert "bodies 6 (60%), waiting on events 3 (30%)" in md
+    assert "| rms_norm | 3 | | linear_partial | 1 |" in md
+
+
+def test_stall_summary_splits_a_cta_time_into_bodies_event_waits_and_the_rest():
+    """Split-K row sum, n = 1 on 2 CTAs: CTA 0 runs partial (0, 0), then the final sum, whose
+    last producer (on CTA 1) notifies 20 µs after CTA 0 finished its partial; the final sum's
+    waits end 2 µs later. CTA 1 starts its first partial 1 µs after its fetch."""
+    from types import SimpleNamespace
+
+    from eventtensor.examples import EXAMPLES
+    from eventtensor.schedule import lower
+    tables = lower(EXAMPLES["splitk_rowsum"].build(), {"n": 1}, mode="static", num_sms=2)
+    b = tables.bound
+    ids = {b.task_name(t): t for t in range(b.num_tasks)}
+    us = 1000  # the stamps are ns
+    stamps = {  # task: (SM, fetched, waited, barrier, notified) in µs
+        "partial_sum(0, 0)": (0, 0, 1, 10, 11),
+        "final_sum(0)": (0, 10, 32, 40, 41),
+        "partial_sum(0, 1)": (1, 0, 1, 5, 6),
+        "partial_sum(0, 2)": (1, 5, 5, 12, 13),
+        "partial_sum(0, 3)": (1, 12, 12, 29, 30)}
+    tasks = np.zeros((b.num_tasks, 6), np.int64)
+    sm = np.zeros(b.num_tasks, np.int64)
+    for name, (s, f, w, bar, n) in stamps.items():
+        t = ids[name]
+        sm[t], tasks[t] = s, [f * us, w * us, bar * us, bar * us, n * us, n * us]
+    prof = SimpleNamespace(tasks=tasks, sm=sm, ran=np.arange(b.num_tasks))
+    got = BENCH["stall_summary"](tables, prof, [b.program.grids[g].kind
+                                                for g in b.task_grid])
+    assert got["body_us"] == 9 + 8 + 4 + 7 + 17
+    assert got["event_us"] == 20 and got["event_by_producer"] == {"row_sum": 20}
+    assert got["other_us"] == 1 + 2 + 1  # the first waits of each CTA, the final's 2 µs
+    assert got["other_by_task"] == {"row_sum": 4}
 
 
 def test_tiles_bench_markdown_row():
