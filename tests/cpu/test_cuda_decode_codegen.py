@@ -15,7 +15,7 @@ from eventtensor.backends.cuda.codegen import (
 )
 from eventtensor.backends.cuda.compiler import compile_source
 from eventtensor.models import get_config
-from eventtensor.models.decode import build_decode_program
+from eventtensor.models.decode import build_decode_program, tiles_with
 from eventtensor.models.gpu_decode import gpu_tiles
 from eventtensor.schedule import prepare
 
@@ -27,11 +27,11 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("EVENTTENSOR_CACHE", str(tmp_path / "cache"))
 
 
-def decode_program(name, mode="static", layers=None, max_batch=64):
+def decode_program(name, mode="static", layers=None, max_batch=64, tiles=""):
     cfg = get_config(name)
     if layers is not None:
         cfg = cfg.replace(num_layers=layers)
-    p = build_decode_program(cfg, max_batch, 256, gpu_tiles(cfg, max_batch),
+    p = build_decode_program(cfg, max_batch, 256, tiles_with(gpu_tiles(cfg, max_batch), tiles),
                              weight_dtype="bfloat16", cache_dtype="bfloat16")
     return cfg, prepare(p, mode)
 
@@ -94,6 +94,16 @@ def test_decode_kernels_compile_for_sm90a(name, mode):
     assert "et_body_decode_attention(" in src and "et_body_linear_partial(" in src
     c = compile_source(src, kernel_name(p, mode))
     assert c.cubin[:4] == b"\x7fELF"
+
+
+def test_decode_kernel_with_fused_norms_compiles():
+    """With fuse_norm the residual adds write the norms after them (residual_rms_norm: out
+    and h tiles by param, one case for the attention's and one for the MLP's, whose
+    partials differ in their split); the kernel compiles."""
+    _, p = decode_program("tiny-qwen3", layers=2, tiles="fuse_norm=1")
+    src = generate(p, "static")
+    assert src.count("et_body_residual_rms_norm(") == 2 and "et_body_rms_norm(" in src
+    assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 
 @pytest.mark.parametrize("knobs", [{"ET_PREFETCH_BYTES": 262144}, {"ET_STAGE_BYTES": 131072}])

@@ -109,6 +109,16 @@ def rms(n, E, lo=(0, 0), wdt=B, out_dt=F):
                 args=("1e-5f",), params={"eps": 1e-5})
 
 
+def add_norm(n, E, S, lo=(0, 0), wdt=B):
+    """residual_rms_norm of rows x [n, E] (from lo) plus S partials: out and h tiles of
+    tensors one row and 4 columns wider (h at another place)."""
+    case = rows_case("residual_rms_norm", ("x", "parts"), n, E, (None, S), lo=lo)
+    case.ins["w"] = Tile((E,), (0,), (E,), wdt)
+    case.outs["h"] = Tile((n + 2, E + 8), (1, 4), (n, E))
+    case.args, case.params = ("1e-5f",), {"eps": 1e-5}
+    return case
+
+
 def ties(rng, shape):  # small integers: many ties, negatives
     return rng.integers(-6, 3, shape).astype(np.float64)
 
@@ -201,6 +211,9 @@ CASES = [
     rows_case("residual_add", ("x", "parts"), 17, 64, (None, None), dtypes=(B, F)),
     rows_case("residual_add", ("x", "parts"), 64, 32, (None, 2)),
     rows_case("residual_add", ("x", "parts"), 3, 66, (None, 4), lo=(1, 1)),
+    # residual_rms_norm: one row over the CTA, 3 and 17 rows, float weights, unaligned
+    add_norm(1, 2048, 8), add_norm(3, 256, 4), add_norm(17, 128, 2, wdt=F),
+    add_norm(2, 66, 3, lo=(1, 1)),
     # silu_mul: S = 1, 4, large |gate| (no NaN), unaligned, bf16 partials
     rows_case("silu_mul", ("gate", "up"), 1, 256, gate=silu_big),
     rows_case("silu_mul", ("gate", "up"), 16, 128, (4, 4), gate=silu_big),
@@ -313,7 +326,7 @@ def expectations(case: Case, vals: dict):
         ref = {"max": m.reshape(-1, 1), "arg": (i + case.coords["n"] * int(case.args[0]))
                .reshape(-1, 1)}
     scale = {}
-    if case.kind in ("linear_partial", "residual_add", "rms_norm"):
+    if case.kind in ("linear_partial", "residual_add", "rms_norm", "residual_rms_norm"):
         mag = reference(case, {r: np.abs(v) for r, v in tiles.items()})
         scale = {r: np.abs(ref[r]) + np.abs(mag[r]) for r in ref}
     elif case.kind == "silu_mul":
@@ -418,7 +431,9 @@ INSTANCES = r"""
             EtTileT<W> a, EtTile o)                                                          \
     ET_BODY(residual_##W, et_body_residual_add(local(a), local(x), local(o)), EtTileT<W> a,  \
             EtTile x, EtTile o)                                                              \
-    ET_BODY(silu_##W, et_body_silu_mul(local(a), local(a), local(o)), EtTileT<W> a, EtTile o)
+    ET_BODY(silu_##W, et_body_silu_mul(local(a), local(a), local(o)), EtTileT<W> a, EtTile o)  \
+    ET_BODY(add_norm_##W, et_body_residual_rms_norm(local(x), local(o), local(a), local(o),     \
+            local(h), 1e-6f), EtTile x, EtTileT<W> a, EtTile o, EtTile h)
 ET_TYPES(et_bf16)
 ET_TYPES(float)
 ET_BODY(argmax_tile, et_body_argmax_partial(local(x), local(o), local(i), 256, 1), EtTile x,

@@ -50,6 +50,28 @@ RING_TILES = "k_split=1,mlp_split=1,proj_tile=16,n_tile=16,down_tile=16,ffn_tile
              "down_split=1,vocab_tile=16,argmax_tile=64,kv_chunk=16"
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_tiny_fused_norms_match_reference(name):
+    """Residual adds that also compute the norm after them (fuse_norm): every step's logits
+    and greedy tokens against the reference, with requests joining."""
+    from eventtensor.models.decode import tiles_with
+    from eventtensor.models.gpu_decode import gpu_tiles
+    cfg = get_config(name)
+    weights = random_weights(cfg, seed=5)
+    session = _session(cfg, weights, 4, 96, cache_dtype="float32",
+                       tiles=tiles_with(gpu_tiles(cfg, 4), "fuse_norm=1"))
+    ref = ReferenceModel(cfg, weights)
+    rng = np.random.default_rng(2)
+    for step in range(8):
+        live = ["a", "b", "c"][:1 + min(step, 2)]
+        toks = rng.integers(0, cfg.vocab_size, len(live))
+        got = session.step(live, toks)
+        want = ref.step(toks, live)
+        np.testing.assert_allclose(got.logits.cpu().numpy(), want,
+                                   atol=2e-4 * np.abs(want).max(), rtol=0)
+        np.testing.assert_array_equal(got.next_tokens, np.argmax(want, axis=-1))
+
+
 @pytest.mark.parametrize("ring", [3072, 5120, 65536])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
 def test_tiny_stage_ring_matches_reference(name, ring):

@@ -333,6 +333,41 @@ def test_projection_tiles_across_heads_match_reference(mode):
         _close(session.step(["a", "b"], tokens).logits, ref.step(tokens, ["a", "b"]))
 
 
+FUSED_TILES = DecodeTiles(rows=2, k_split=2, n_tile=32, ffn_tile=64, vocab_tile=64,
+                          kv_chunk=16, norm_rows=1, fuse_norm=1)
+
+
+def test_fused_norms_leave_one_norm_grid():
+    """With fuse_norm every residual add writes the norm after it (the next layer's input
+    norm, the final norm after the last layer): only layer 0's input norm keeps its grid,
+    and the projections after a norm wait on the fused tasks of their rows."""
+    cfg = CONFIGS["tiny-llama"]
+    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, FUSED_TILES))
+    assert [g.name for g in program.grids if g.kind == "rms_norm"] == ["l0_attn_norm"]
+    assert sum(g.kind == "residual_rms_norm" for g in program.grids) == 2 * cfg.num_layers
+    tables = build_tables(bind(program, {"B": 3}))
+    names = {tables.bound.task_name(t): t for t in range(tables.bound.num_tasks)}
+    assert _producers(tables, names, "l1_q_proj(1, 0, 0)") == {"l0_mlp_residual(2)"}
+    assert _producers(tables, names, "l0_gate_proj(0, 0, 1)") == {
+        "l0_attn_residual(0)", "l0_attn_residual(1)"}
+    assert _producers(tables, names, "lm_head(0, 0)") == {
+        "l1_mlp_residual(0)", "l1_mlp_residual(1)"}
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_fused_norms_match_reference(mode):
+    cfg = CONFIGS["tiny-qwen3"]
+    weights = random_weights(cfg, seed=8)
+    session = DecodeSession(cfg, weights, MAX_BATCH, MAX_CONTEXT, FUSED_TILES, num_sms=4,
+                            cache_fill=np.nan, mode=mode)
+    ref = ReferenceModel(cfg, weights)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        tokens = rng.integers(0, cfg.vocab_size, 3)
+        _close(session.step(["a", "b", "c"], tokens).logits,
+               ref.step(tokens, ["a", "b", "c"]))
+
+
 # ------------------------------------------------------------------ task kinds
 
 def _run(kind: str, inputs: dict, outs: dict, params: dict, coords=None) -> dict:

@@ -47,6 +47,8 @@ Per layer l, tiles and events (events come from the tile regions unless named he
   attn_residual (mn, E/RT) x + sum of o partials; mlp_norm (mn)
   gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/stile), down_proj (mb, E/dtile, Sd): a down
   chunk waits on the SiLU tiles it reads; mlp_residual (mn, E/RT) -> next layer's x rows
+  (with `fuse_norm`, each residual add (mn) also writes the norm after it, the next layer's
+  attn_norm or mlp_norm, so those grids go: one stage fewer before each projection)
 then final_norm (mn), lm_head (mb, V/tile), argmax_tile (mb, V/argmax tile), argmax (mb).
 Before the
 layers: plan (1 task: attn_plan [B, 3] from positions, notifies `planned`) and embed (B).
@@ -107,6 +109,7 @@ class DecodeTiles:
     mlp_split: int | None = None   # split-K of gate and up over E; None: k_split
     norm_rows: int | None = None   # rows of an RMSNorm or residual tile; None: rows
     residual_tile: int | None = None  # columns of a residual tile (of E); None: all of E
+    fuse_norm: int = 0             # 1: each residual add also computes the RMSNorm after it
 
 
 def tiles_with(base: DecodeTiles, text: str) -> DecodeTiles:
@@ -205,15 +208,28 @@ class _Decode:
                      reads={x: f"{rows}, :", w: ":"}, writes={out: f"{rows}, :"},
                      params={"x": x, "w": w, "eps": self.cfg.rms_norm_eps})
 
-    def residual(self, name: str, x: str, parts: str, out: str) -> None:
+    def residual(self, name: str, x: str, parts: str, out: str,
+                 norm: tuple[str, str] | None = None) -> str | None:
         """x + the partials summed, over tiles of `norm_rows` rows by `residual_tile`
-        columns."""
+        columns. With `norm` (weight, output) and `fuse_norm`, the same tasks also write
+        the RMSNorm of the sum (rows of all of E) and the norm's name is returned (None:
+        the norm is left to its own grid)."""
         E, tile = self.cfg.hidden_size, self.res_tile
         rows, cols = self.norm_span, _span("n", tile, E)
         self.pb.temp(out, (self.B, E))
-        self.pb.grid(name, "residual_add", "mn", (self.norm_tiles, -(-E // tile)),
-                     reads={x: f"{rows}, {cols}", parts: f":, {rows}, {cols}"},
-                     writes={out: f"{rows}, {cols}"}, params={"x": x, "parts": parts})
+        if norm is None or not self.t.fuse_norm:
+            self.pb.grid(name, "residual_add", "mn", (self.norm_tiles, -(-E // tile)),
+                         reads={x: f"{rows}, {cols}", parts: f":, {rows}, {cols}"},
+                         writes={out: f"{rows}, {cols}"}, params={"x": x, "parts": parts})
+            return None
+        w, h = norm
+        self.pb.temp(h, (self.B, E))
+        self.pb.grid(name, "residual_rms_norm", "m", (self.norm_tiles,),
+                     reads={x: f"{rows}, :", parts: f":, {rows}, :", w: ":"},
+                     writes={out: f"{rows}, :", h: f"{rows}, :"},
+                     params={"x": x, "parts": parts, "w": w, "out": out, "h": h,
+                             "eps": self.cfg.rms_norm_eps})
+        return h
 
     # ------------------------------------------------------------------ program parts
     def prologue(self) -> str:
@@ -230,14 +246,18 @@ class _Decode:
                 writes={"x0": "b, :"})
         return "x0"
 
-    def attention(self, i: int, x: str) -> str:
+    def attention(self, i: int, x: str, h: str | None) -> tuple[str, str | None]:
+        """Layer i's attention half on the residual stream x (h: its input norm, if a fused
+        residual wrote it); returns the stream after it and its MLP norm (if fused)."""
         cfg, pb, t, rows, B = self.cfg, self.pb, self.t, self.rows, self.B
         K, D, G, E = cfg.num_kv_heads, cfg.head_dim, cfg.group_size, cfg.hidden_size
         GD, p = G * D, f"l{i}_"
-        self.norm(p + "attn_norm", x, self.w(i, "input_layernorm"), p + "h")
+        if h is None:
+            h = p + "h"
+            self.norm(p + "attn_norm", x, self.w(i, "input_layernorm"), h)
         for proj, width in (("q", GD), ("k", D), ("v", D)):
             tile = t.proj_tile or width
-            self.linear(p + f"{proj}_proj", p + "h", self.w(i, f"self_attn.{proj}_proj"),
+            self.linear(p + f"{proj}_proj", h, self.w(i, f"self_attn.{proj}_proj"),
                         p + f"{proj}_part", -(-K * width // tile), tile, K * width, t.k_split,
                         self.ks)
         head = {"q": f"{GD}*h:{GD}*h + {GD}", "k": f"{D}*h:{D}*h + {D}"}
@@ -300,16 +320,21 @@ class _Decode:
         n_e = -(-E // t.n_tile)
         self.linear(p + "o_proj", p + "attn", self.w(i, "self_attn.o_proj"), p + "o_part",
                     n_e, t.n_tile, E, cfg.q_size // self.qs, self.qs)
-        self.residual(p + "attn_residual", x, p + "o_part", p + "x_mid")
-        return p + "x_mid"
+        h2 = self.residual(p + "attn_residual", x, p + "o_part", p + "x_mid",
+                           norm=(self.w(i, "post_attention_layernorm"), p + "h2"))
+        return p + "x_mid", h2
 
-    def mlp(self, i: int, x: str) -> str:
+    def mlp(self, i: int, x: str, h2: str | None) -> tuple[str, str | None]:
+        """Layer i's MLP half, as `attention`; the norm returned is the next layer's input
+        norm (the final norm after the last layer)."""
         cfg, pb, t, rows = self.cfg, self.pb, self.t, self.rows
         E, F, p = cfg.hidden_size, cfg.intermediate_size, f"l{i}_"
-        self.norm(p + "mlp_norm", x, self.w(i, "post_attention_layernorm"), p + "h2")
+        if h2 is None:
+            h2 = p + "h2"
+            self.norm(p + "mlp_norm", x, self.w(i, "post_attention_layernorm"), h2)
         n_f = -(-F // t.ffn_tile)
         for proj in ("gate", "up"):
-            self.linear(p + f"{proj}_proj", p + "h2", self.w(i, f"mlp.{proj}_proj"),
+            self.linear(p + f"{proj}_proj", h2, self.w(i, f"mlp.{proj}_proj"),
                         p + f"{proj}_part", n_f, t.ffn_tile, F, self.mlp_split, self.ms)
         silu = t.silu_tile or t.ffn_tile
         cols = _span("n", silu, F)
@@ -321,13 +346,17 @@ class _Decode:
         down = t.down_tile or t.n_tile
         self.linear(p + "down_proj", p + "act", self.w(i, "mlp.down_proj"), p + "down_part",
                     -(-E // down), down, E, F // self.fs, self.fs)
-        self.residual(p + "mlp_residual", x, p + "down_part", f"x{i + 1}")
-        return f"x{i + 1}"
+        last = i + 1 == cfg.num_layers
+        norm = (tensor_name("model.norm.weight"), "h_final") if last else \
+            (self.w(i + 1, "input_layernorm"), f"l{i + 1}_h")
+        return f"x{i + 1}", self.residual(p + "mlp_residual", x, p + "down_part", f"x{i + 1}",
+                                          norm=norm)
 
-    def epilogue(self, x: str) -> None:
+    def epilogue(self, x: str, h: str | None) -> None:
         cfg, pb, t, rows = self.cfg, self.pb, self.t, self.rows
         V = cfg.vocab_size
-        self.norm("final_norm", x, tensor_name("model.norm.weight"), "h_final")
+        if h is None:
+            self.norm("final_norm", x, tensor_name("model.norm.weight"), "h_final")
         head = tensor_name("model.embed_tokens.weight" if cfg.tie_word_embeddings
                            else "lm_head.weight")
         n_v, cols = -(-V // t.vocab_tile), _span("n", t.vocab_tile, V)
@@ -360,10 +389,10 @@ def build_decode_program(config: ModelConfig, max_batch: int, max_context: int,
     d = _Decode(config, max_batch, max_context, max_tokens or max_batch, tiles or DecodeTiles(),
                 weight_dtype or config.dtype, cache_dtype,
                 name or f"decode_{config.architecture}_l{config.num_layers}")
-    x = d.prologue()
+    x, h = d.prologue(), None
     for i in range(config.num_layers):
-        x = d.mlp(i, d.attention(i, x))
-    d.epilogue(x)
+        x, h = d.mlp(i, *d.attention(i, x, h))
+    d.epilogue(x, h)
     return d.pb.build()
 
 

@@ -212,6 +212,24 @@ def residual_add(ctx: TaskContext) -> Out:
     return {out: _put(ctx, out, _role(ctx, "x") + _partials(ctx, "parts"))}
 
 
+def _add_norm_flops(reads, writes, params) -> int:
+    return _size(reads[params["parts"]]) + 4 * _size(reads[params["x"]])
+
+
+@task_kind("residual_rms_norm", _add_norm_flops)
+def residual_rms_norm(ctx: TaskContext) -> Out:
+    """Residual add and the RMSNorm after it: out = rows x [n, E] (params x) plus the
+    partials [S, n, E] (params parts), and h = RMSNorm(out) with weight [E] (params w, eps);
+    out and h are the tiles of the tensors params out and h."""
+    p = ctx.params
+    total = _role(ctx, "x") + _partials(ctx, "parts")
+    out, h = str(p["out"]), str(p["h"])
+    summed = _put(ctx, out, total)  # the norm reads the sum as stored (its dtype)
+    y = _rms(np.asarray(summed, np.float64).reshape(total.shape), _role(ctx, "w").reshape(-1),
+             float(p["eps"]))
+    return {out: summed, h: _put(ctx, h, y)}
+
+
 def _silu_flops(reads, writes, params) -> int:
     return 6 * _size(next(iter(writes.values())))
 

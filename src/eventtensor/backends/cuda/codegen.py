@@ -63,6 +63,8 @@ BODIES: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
     "rms_norm": ([("reads", "@x"), ("reads", "@w"), ("writes", "#0")], ["eps:f"]),
     "linear_partial": ([("reads", "@x"), ("reads", "@w"), ("writes", "#0")], []),
     "residual_add": ([("reads", "@x"), ("reads", "@parts"), ("writes", "#0")], []),
+    "residual_rms_norm": ([("reads", "@x"), ("reads", "@parts"), ("reads", "@w"),
+                           ("writes", "@out"), ("writes", "@h")], ["eps:f"]),
     "silu_mul": ([("reads", "@gate"), ("reads", "@up"), ("writes", "#0")], []),
     "argmax_partial": ([("reads", "@x"), ("writes", "@max"), ("writes", "@arg")],
                        ["tile", "@axis"]),

@@ -397,6 +397,20 @@ __device__ __forceinline__ void et_body_residual_add(const EtTileT<X>& x, const 
     et_map_partials(x, parts, out, [](float a, float p) { return a + p; });
 }
 
+// residual_rms_norm: out [n, E] = x + the partials parts [S, n, E] summed (residual_add),
+// then h [n, E] = the RMSNorm of out's rows with weight w [E] (rms_norm, reading out back:
+// the barrier between makes the CTA's stores visible to all its threads).
+template <typename X, typename P, typename W, typename O>
+__device__ __forceinline__ void et_body_residual_rms_norm(const EtTileT<X>& x,
+                                                          const EtTileT<P>& parts,
+                                                          const EtTileT<W>& w,
+                                                          const EtTileT<O>& out,
+                                                          const EtTileT<O>& h, float eps) {
+    et_body_residual_add(x, parts, out);
+    __syncthreads();
+    et_body_rms_norm(out, w, h, eps);
+}
+
 // silu_mul: out [n, c] = silu(g) * u of the gate and up partials [S, n, c] summed, silu(g) =
 // g / (1 + exp(-g)): exp overflows to inf for g < -88, giving -0, never NaN.
 template <typename G, typename U, typename O>
