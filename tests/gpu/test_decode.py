@@ -21,25 +21,30 @@ def _session(cfg, weights, max_batch, max_context, **kw):
     return GpuDecodeSession(cfg, weights, max_batch, max_context, progress=False, **kw)
 
 
-@pytest.mark.parametrize("mode", ["static", "unfused"])
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
-def test_tiny_logits_and_tokens_match_reference(name, mode):
-    """Three requests at different positions, bf16 weights and caches in fp32: every step's
-    logits within fp32 accumulation error of the float64 reference; greedy tokens equal."""
+def _tiny_steps_match_reference(name, steps, seed, **options):
+    """A session of tiny model `name` (bf16 weights, caches in fp32, `options` for the
+    session) against the float64 reference: three requests at different positions, b
+    joining at step 1, c at step 2; every step's logits within fp32 accumulation error and
+    greedy tokens equal."""
     cfg = get_config(name)
     weights = random_weights(cfg, seed=5)
-    session = _session(cfg, weights, 4, 96, mode=mode, cache_dtype="float32")
+    session = _session(cfg, weights, 4, 96, cache_dtype="float32", **options)
     ref = ReferenceModel(cfg, weights)
-    ids = ["a", "b", "c"]
-    rng = np.random.default_rng(0)
-    for step in range(12):
-        live = ids[:1 + min(step, 2)]            # b joins at step 1, c at step 2
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        live = ["a", "b", "c"][:1 + min(step, 2)]
         toks = rng.integers(0, cfg.vocab_size, len(live))
         got = session.step(live, toks)
         want = ref.step(toks, live)
-        scale = np.abs(want).max()
-        np.testing.assert_allclose(got.logits.cpu().numpy(), want, atol=2e-4 * scale, rtol=0)
+        np.testing.assert_allclose(got.logits.cpu().numpy(), want,
+                                   atol=2e-4 * np.abs(want).max(), rtol=0)
         np.testing.assert_array_equal(got.next_tokens, np.argmax(want, axis=-1))
+
+
+@pytest.mark.parametrize("mode", ["static", "unfused"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_tiny_logits_and_tokens_match_reference(name, mode):
+    _tiny_steps_match_reference(name, 12, 0, mode=mode)
 
 
 # tiles of whole weight rows (tiny-llama, bf16: q, k, v and LM-head tiles of 2 KB, gate, up
@@ -52,48 +57,21 @@ RING_TILES = "k_split=1,mlp_split=1,proj_tile=16,n_tile=16,down_tile=16,ffn_tile
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
 def test_tiny_fused_norms_match_reference(name):
-    """Residual adds that also compute the norm after them (fuse_norm): every step's logits
-    and greedy tokens against the reference, with requests joining."""
+    """Residual adds that also compute the norm after them (fuse_norm)."""
     from eventtensor.models.decode import tiles_with
     from eventtensor.models.gpu_decode import gpu_tiles
-    cfg = get_config(name)
-    weights = random_weights(cfg, seed=5)
-    session = _session(cfg, weights, 4, 96, cache_dtype="float32",
-                       tiles=tiles_with(gpu_tiles(cfg, 4), "fuse_norm=1"))
-    ref = ReferenceModel(cfg, weights)
-    rng = np.random.default_rng(2)
-    for step in range(8):
-        live = ["a", "b", "c"][:1 + min(step, 2)]
-        toks = rng.integers(0, cfg.vocab_size, len(live))
-        got = session.step(live, toks)
-        want = ref.step(toks, live)
-        np.testing.assert_allclose(got.logits.cpu().numpy(), want,
-                                   atol=2e-4 * np.abs(want).max(), rtol=0)
-        np.testing.assert_array_equal(got.next_tokens, np.argmax(want, axis=-1))
+    _tiny_steps_match_reference(name, 8, 2, tiles=tiles_with(gpu_tiles(get_config(name), 4),
+                                                            "fuse_norm=1"))
 
 
 @pytest.mark.parametrize("ring", [3072, 5120, 65536])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
 def test_tiny_stage_ring_matches_reference(name, ring):
     """The stage ring (weights copied into shared memory ahead of their tasks) with rings
-    that hold one tile, two (wrapping), or many: every step's logits and greedy tokens equal
-    the reference's, with requests joining."""
+    that hold one tile, two (wrapping), or many."""
     from eventtensor.models.decode import DecodeTiles, tiles_with
-    cfg = get_config(name)
-    weights = random_weights(cfg, seed=5)
-    tiles = tiles_with(DecodeTiles(rows=4), RING_TILES)
-    session = _session(cfg, weights, 4, 96, cache_dtype="float32", tiles=tiles,
-                       knobs={"ET_STAGE_BYTES": ring})
-    ref = ReferenceModel(cfg, weights)
-    rng = np.random.default_rng(1)
-    for step in range(8):
-        live = ["a", "b", "c"][:1 + min(step, 2)]
-        toks = rng.integers(0, cfg.vocab_size, len(live))
-        got = session.step(live, toks)
-        want = ref.step(toks, live)
-        np.testing.assert_allclose(got.logits.cpu().numpy(), want,
-                                   atol=2e-4 * np.abs(want).max(), rtol=0)
-        np.testing.assert_array_equal(got.next_tokens, np.argmax(want, axis=-1))
+    _tiny_steps_match_reference(name, 8, 1, tiles=tiles_with(DecodeTiles(rows=4), RING_TILES),
+                                knobs={"ET_STAGE_BYTES": ring})
 
 
 class _Checked:

@@ -281,17 +281,21 @@ def test_norm_and_residual_tiles():
     assert "l0_gate_proj(0, 1, 1)" not in names
 
 
-@pytest.mark.parametrize("mode", ["static", "dynamic"])
-def test_norm_and_residual_tiles_match_reference(model, mode):
-    cfg, weights = model
-    session = DecodeSession(cfg, weights, MAX_BATCH, MAX_CONTEXT, NORM_TILES, num_sms=4,
+def _steps_close(cfg, weights, tiles, mode, requests, seed):
+    """Three steps of one token for each of `requests` on the interpreter (4 SMs, NaN in
+    the unused cache rows): every step's logits close to the reference's."""
+    session = DecodeSession(cfg, weights, MAX_BATCH, MAX_CONTEXT, tiles, num_sms=4,
                             cache_fill=np.nan, mode=mode)
     ref = ReferenceModel(cfg, weights)
-    rng = np.random.default_rng(3)
-    ids = ["a", "b", "c"]
+    rng = np.random.default_rng(seed)
     for _ in range(3):
-        tokens = rng.integers(0, cfg.vocab_size, 3)
-        _close(session.step(ids, tokens).logits, ref.step(tokens, ids))
+        tokens = rng.integers(0, cfg.vocab_size, len(requests))
+        _close(session.step(requests, tokens).logits, ref.step(tokens, requests))
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_norm_and_residual_tiles_match_reference(model, mode):
+    _steps_close(*model, NORM_TILES, mode, ["a", "b", "c"], 3)
 
 
 # q, k, v tiles across head boundaries (24 columns: q has 64, k and v 32, the last clipped),
@@ -323,14 +327,7 @@ def test_projection_tiles_across_heads():
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 def test_projection_tiles_across_heads_match_reference(mode):
     cfg = CONFIGS["tiny-qwen3"]
-    weights = random_weights(cfg, seed=7)
-    session = DecodeSession(cfg, weights, MAX_BATCH, MAX_CONTEXT, FREE_TILES, num_sms=4,
-                            cache_fill=np.nan, mode=mode)
-    ref = ReferenceModel(cfg, weights)
-    rng = np.random.default_rng(4)
-    for _ in range(3):
-        tokens = rng.integers(0, cfg.vocab_size, 2)
-        _close(session.step(["a", "b"], tokens).logits, ref.step(tokens, ["a", "b"]))
+    _steps_close(cfg, random_weights(cfg, seed=7), FREE_TILES, mode, ["a", "b"], 4)
 
 
 FUSED_TILES = DecodeTiles(rows=2, k_split=2, n_tile=32, ffn_tile=64, vocab_tile=64,
@@ -357,15 +354,7 @@ def test_fused_norms_leave_one_norm_grid():
 @pytest.mark.parametrize("mode", ["static", "dynamic"])
 def test_fused_norms_match_reference(mode):
     cfg = CONFIGS["tiny-qwen3"]
-    weights = random_weights(cfg, seed=8)
-    session = DecodeSession(cfg, weights, MAX_BATCH, MAX_CONTEXT, FUSED_TILES, num_sms=4,
-                            cache_fill=np.nan, mode=mode)
-    ref = ReferenceModel(cfg, weights)
-    rng = np.random.default_rng(5)
-    for _ in range(3):
-        tokens = rng.integers(0, cfg.vocab_size, 3)
-        _close(session.step(["a", "b", "c"], tokens).logits,
-               ref.step(tokens, ["a", "b", "c"]))
+    _steps_close(cfg, random_weights(cfg, seed=8), FUSED_TILES, mode, ["a", "b", "c"], 5)
 
 
 # ------------------------------------------------------------------ task kinds

@@ -70,8 +70,11 @@ __device__ __forceinline__ bool et_bulk_ok(const EtTileT<T>& t) {
 // A task's tiles placed one after another (16-byte aligned) in one allocation: `off[j]`
 // where tile j goes, -1 for a tile left to L2; `bytes`: the allocation's size.
 struct EtStagePlan {
-    int bytes = 0;
-    int off[ET_STAGE_TILES] = {-1, -1, -1, -1};
+    int bytes, off[ET_STAGE_TILES];
+    __device__ EtStagePlan() : bytes(0) {
+#pragma unroll
+        for (int j = 0; j < ET_STAGE_TILES; ++j) off[j] = -1;
+    }
     template <typename T>
     __device__ void tile(int j, const EtTileT<T>& t) {
         if (!et_bulk_ok(t)) return;
