@@ -50,8 +50,7 @@ Per layer l, tiles and events (events come from the tile regions unless named he
   (with `fuse_norm`, each residual add (mn) also writes the norm after it, the next layer's
   attn_norm or mlp_norm, so those grids go: one stage fewer before each projection)
 then final_norm (mn), lm_head (mb, V/tile), argmax_tile (mb, V/argmax tile), argmax (mb).
-Before the
-layers: plan (1 task: attn_plan [B, 3] from positions, notifies `planned`) and embed (B).
+Before the layers: plan (1 task: attn_plan [B, 3] from positions, notifies `planned`) and embed (B).
 
 Maps cannot compute with loaded values (`positions[b] // T + 1` is not a map), so the plan
 task writes each request's chunk count and trigger range as integers. Trigger ranges release
@@ -209,15 +208,16 @@ class _Decode:
                      params={"x": x, "w": w, "eps": self.cfg.rms_norm_eps})
 
     def residual(self, name: str, x: str, parts: str, out: str,
-                 norm: tuple[str, str] | None = None) -> str | None:
+                 norm: tuple[str, str]) -> str | None:
         """x + the partials summed, over tiles of `norm_rows` rows by `residual_tile`
-        columns. With `norm` (weight, output) and `fuse_norm`, the same tasks also write
-        the RMSNorm of the sum (rows of all of E) and the norm's name is returned (None:
-        the norm is left to its own grid)."""
-        E, tile = self.cfg.hidden_size, self.res_tile
-        rows, cols = self.norm_span, _span("n", tile, E)
+        columns. With `fuse_norm`, the same tasks (rows of all of E) also write the RMSNorm
+        of the sum (`norm`: its weight and output) and return the norm's name; else None:
+        the norm is left to its own grid."""
+        E, rows = self.cfg.hidden_size, self.norm_span
         self.pb.temp(out, (self.B, E))
-        if norm is None or not self.t.fuse_norm:
+        if not self.t.fuse_norm:
+            tile = self.res_tile
+            cols = _span("n", tile, E)
             self.pb.grid(name, "residual_add", "mn", (self.norm_tiles, -(-E // tile)),
                          reads={x: f"{rows}, {cols}", parts: f":, {rows}, {cols}"},
                          writes={out: f"{rows}, {cols}"}, params={"x": x, "parts": parts})

@@ -117,12 +117,9 @@ struct EtStageCopy {
             if (lane == 0) et_bulk_copy(dst, t.p, (unsigned)et_tile_bytes(t), bar);
             return;
         }
-        int cols = 1;
-#pragma unroll
-        for (int d = 0; d < 4; ++d)
-            if (d + 1 == t.rank) cols = (int)t.n[d];
-        const unsigned row_bytes = (unsigned)cols * (unsigned)sizeof(T);
-        for (int r = lane; r < et_rows(t); r += 32)
+        const int rows = et_rows(t);
+        const unsigned row_bytes = (unsigned)(et_tile_bytes(t) / rows);
+        for (int r = lane; r < rows; r += 32)
             et_bulk_copy(dst + r * row_bytes, t.p + et_row_off(t, r), row_bytes, bar);
     }
 };
@@ -139,4 +136,3 @@ __device__ __forceinline__ unsigned et_ring_place(unsigned head, unsigned tail,
     const unsigned at = bytes > at_end ? head + at_end : head;
     return at + bytes - tail <= cap ? at : 0xffffffffu;
 }
-
