@@ -3,8 +3,8 @@
 # megakernel benchmark and the decode benchmark. STEPS picks some of them (default: all of
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
 # TESTS=tests/gpu/test_decode.py; "tiles" runs benchmarks/decode_tiles_bench.py with
-# TILES_ARGS). Everything goes to $OUT/gpu_check.tgz (default OUT: ./out);
-# the logs and the benchmarks' JSON and markdown also lie in $OUT itself.
+# TILES_ARGS, "trace" benchmarks/decode_trace_bench.py with TRACE_ARGS). Everything goes
+# to $OUT/gpu_check.tgz (default OUT: ./out); the logs and the benchmarks' JSON and markdown also lie in $OUT itself.
 set -uo pipefail
 OUT="${OUT:-out}"
 STEPS="${STEPS:-tests sanitizer bench decode}"
@@ -40,11 +40,15 @@ if has tiles; then
   timeout "${TILES_TIMEOUT:-480}" python3 benchmarks/decode_tiles_bench.py ${TILES_ARGS:-} \
     --out "$RUN" 2>&1 | tee "$RUN/decode_tiles.log"
 fi
+if has trace; then
+  timeout "${TRACE_TIMEOUT:-300}" python3 benchmarks/decode_trace_bench.py ${TRACE_ARGS:-} \
+    --out "$RUN" 2>&1 | tee "$RUN/decode_trace.log"
+fi
 if has decode; then
   timeout "${DECODE_TIMEOUT:-480}" python3 benchmarks/decode_bench.py ${DECODE_ARGS:---quick} \
     --out "$RUN" 2>&1 | tee "$RUN/decode_bench.log"
 fi
 tar czf "$OUT/gpu_check.tgz" -C "$RUN" .
-for f in "$RUN"/*.log "$RUN"/*.json "$RUN"/*.md "$RUN"/*.png; do
+for f in "$RUN"/*.log "$RUN"/*.json "$RUN"/*.md "$RUN"/*.png "$RUN"/*.json.gz; do
   [ -f "$f" ] && cp "$f" "$OUT/"
 done

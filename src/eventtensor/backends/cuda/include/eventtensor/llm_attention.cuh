@@ -589,11 +589,13 @@ __device__ __forceinline__ void et_body_decode_attention(
 // loads in flight, the first NB issued before the weights are known. Warp g: max and 1 / sum
 // of head g to T[g], I[g] and the weights to Wt[g*m + c] where they fit in et_llm_smem (else
 // each use recomputes them). The groups' partial sums are combined through shared memory.
-// Not inlined: one copy per instance (not one per layer) of this large body.
+// The body sits on the decode step's critical path and runs once per layer on a CTA, so its
+// code is fetched cold each time: loops stay rolled and a row's offset is its head's plus a
+// chunk stride (no per-load division) wherever the chunk dimension has no index vector.
 template <typename X, typename O>
 __device__ __noinline__ void et_body_attn_merge(const EtTileT<X>& parts, const EtTileT<X>& lse,
                                                 const EtTileT<O>& out) {
-    constexpr int NB = 16;
+    constexpr int NB = 4;
     const int m = (int)parts.n[parts.rank - 2], D = (int)parts.n[parts.rank - 1];
     const int G = et_rows(parts) / m, lane = threadIdx.x & 31, nt = blockDim.x;
     const int ll = lse.rank - 1, lp = parts.rank - 1;
@@ -603,16 +605,19 @@ __device__ __noinline__ void et_body_attn_merge(const EtTileT<X>& parts, const E
     float* Wt = I + G;
     const bool fits = 4 * nt + 2 * G + G * m <= ET_LLM_SMEM_BYTES / 4;
     const bool vec = et_floats(parts.p) && et_plain(parts) && et_rows_of_words(parts);
+    const bool strided = !parts.idx[parts.rank - 2];  // row (g, c) = row (g, 0) + c * cs
+    const long long cs = strided ? et_off(parts, parts.rank - 2, 1) : 0;
     const int vw = vec ? 4 : 1, cols = D / vw, units = G * cols;
     const int cg_n = units < nt ? nt / units : 1;
     float x[NB][4];
     auto load = [&](int e, int c0) {  // chunks c0, c0 + cg_n, ... of unit e % units
         const int u = e % units, g = u / cols, d = (u - g * cols) * vw;
+        const long long head = et_row_off(parts, g * m);
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
             const int c = c0 + b * cg_n;
-            if (c >= m) continue;
-            const long long row = et_row_off(parts, g * m + c);
+            if (c >= m) break;
+            const long long row = strided ? head + c * cs : et_row_off(parts, g * m + c);
             if (vec) {
                 const float4 f = *reinterpret_cast<const float4*>(et_floats(parts.p) + row + d);
                 x[b][0] = f.x, x[b][1] = f.y, x[b][2] = f.z, x[b][3] = f.w;
@@ -626,12 +631,15 @@ __device__ __noinline__ void et_body_attn_merge(const EtTileT<X>& parts, const E
     auto lse_at = [&](int g, int c) {
         return et_to_float(lse.p[et_row_off(lse, g) + et_off(lse, ll, c)]);
     };
+#pragma unroll 1
     for (int g = threadIdx.x >> 5; g < G; g += nt >> 5) {
         float top = et_neg_inf();
+#pragma unroll 1
         for (int c = lane; c < m; c += 32) top = fmaxf(top, lse_at(g, c));
         top = et_warp_max(top);
         const bool any = top != et_neg_inf();
         float z = 0.f;
+#pragma unroll 1
         for (int c = lane; c < m; c += 32) {
             const float w = any ? exp2f((lse_at(g, c) - top) * ET_LOG2E) : 0.f;
             if (fits) Wt[g * m + c] = w;
@@ -640,6 +648,7 @@ __device__ __noinline__ void et_body_attn_merge(const EtTileT<X>& parts, const E
         z = et_warp_sum(z);
         const float inv = z > 0.f ? 1.f / z : 0.f;
         if (fits)
+#pragma unroll 1
             for (int c = lane; c < m; c += 32) Wt[g * m + c] *= inv;
         if (lane == 0) T[g] = top, I[g] = inv;
     }
@@ -651,12 +660,15 @@ __device__ __noinline__ void et_body_attn_merge(const EtTileT<X>& parts, const E
     const long long o0 = et_row_off(out, 0);
     auto store = [&](int u, const float* acc) {
         const int g = u / cols, d = (u - g * cols) * vw;
+#pragma unroll 1
         for (int i = 0; i < vw; ++i)
             out.p[o0 + et_off(out, out.rank - 1, g * D + d + i)] = et_from_float<O>(acc[i]);
     };
+#pragma unroll 1
     for (int e = e0; e < units * cg_n; e += nt) {
         const int u = e % units, cg = e / units, g = u / cols;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
         for (int c0 = cg; c0 < m; c0 += NB * cg_n) {
             if (e != e0 || c0 != cg) load(e, c0);
 #pragma unroll
@@ -664,21 +676,26 @@ __device__ __noinline__ void et_body_attn_merge(const EtTileT<X>& parts, const E
                 const int c = c0 + b * cg_n;
                 if (c >= m) break;
                 const float w = weight(g, c);
-                for (int i = 0; i < vw; ++i) acc[i] += w * x[b][i];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[i] += w * x[b][i];
             }
         }
         if (cg_n == 1) {
             store(u, acc);
         } else {
-            for (int i = 0; i < vw; ++i) P[4 * e + i] = acc[i];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) P[4 * e + i] = acc[i];
         }
     }
     if (cg_n > 1) {
         __syncthreads();
+#pragma unroll 1
         for (int u = threadIdx.x; u < units; u += nt) {
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
             for (int cg = 0; cg < cg_n; ++cg)
-                for (int i = 0; i < vw; ++i) acc[i] += P[4 * (cg * units + u) + i];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) acc[i] += P[4 * (cg * units + u) + i];
             store(u, acc);
         }
     }
