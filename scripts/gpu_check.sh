@@ -4,7 +4,8 @@
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
 # TESTS=tests/gpu/test_decode.py; "tiles" runs benchmarks/decode_tiles_bench.py with
 # TILES_ARGS, "trace" benchmarks/decode_trace_bench.py with TRACE_ARGS). Everything goes
-# to $OUT/gpu_check.tgz (default OUT: ./out); the logs and the benchmarks' JSON and markdown also lie in $OUT itself.
+# to $OUT/gpu_check.tgz (default OUT: ./out); the logs and the benchmarks' JSON and markdown
+# also lie in $OUT itself.
 set -uo pipefail
 OUT="${OUT:-out}"
 STEPS="${STEPS:-tests sanitizer bench decode}"
