@@ -3,9 +3,9 @@
 # megakernel benchmark and the decode benchmark. STEPS picks some of them (default: all of
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
 # TESTS=tests/gpu/test_decode.py; "tiles" runs benchmarks/decode_tiles_bench.py with
-# TILES_ARGS, "trace" benchmarks/decode_trace_bench.py with TRACE_ARGS). Everything goes
-# to $OUT/gpu_check.tgz (default OUT: ./out); the logs and the benchmarks' JSON and markdown
-# also lie in $OUT itself.
+# TILES_ARGS, "trace" benchmarks/decode_trace_bench.py with TRACE_ARGS). The test and
+# sanitizer logs, the benchmarks' JSON, markdown and pictures and the gzipped traces go to
+# $OUT (default ./out); with TGZ=1 also everything, logs included, as $OUT/gpu_check.tgz.
 set -uo pipefail
 OUT="${OUT:-out}"
 STEPS="${STEPS:-tests sanitizer bench decode}"
@@ -49,7 +49,10 @@ if has decode; then
   timeout "${DECODE_TIMEOUT:-480}" python3 benchmarks/decode_bench.py ${DECODE_ARGS:---quick} \
     --out "$RUN" 2>&1 | tee "$RUN/decode_bench.log"
 fi
-tar czf "$OUT/gpu_check.tgz" -C "$RUN" .
-for f in "$RUN"/*.log "$RUN"/*.json "$RUN"/*.md "$RUN"/*.png "$RUN"/*.json.gz; do
+# the traces compressed; the archive only with TGZ=1 (the device returns few files)
+for f in "$RUN"/decode_trace_B*.json; do [ -f "$f" ] && gzip -f "$f"; done
+[ "${TGZ:-0}" = 1 ] && tar czf "$OUT/gpu_check.tgz" -C "$RUN" .
+for f in "$RUN"/gpu_tests.log "$RUN"/sanitizer.log "$RUN"/*.json "$RUN"/*.md "$RUN"/*.png \
+         "$RUN"/*.json.gz; do
   [ -f "$f" ] && cp "$f" "$OUT/"
 done

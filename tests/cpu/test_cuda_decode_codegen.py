@@ -106,6 +106,17 @@ def test_decode_kernel_with_fused_norms_compiles():
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 
+def test_decode_kernel_with_folded_norms_compiles():
+    """With fold_norm the residual adds write the sums of squares of their rows and the
+    projections after them apply the norm (norm_linear_partial); only layer 0's input norm
+    and the final norm keep rms_norm cases; the kernel compiles."""
+    _, p = decode_program("tiny-qwen3", layers=2, tiles="fold_norm=1")
+    src = generate(p, "static")
+    assert "et_body_norm_linear_partial(" in src and "et_body_residual_add_sumsq(" in src
+    assert src.count("kind rms_norm;") == 1  # one case: l0_attn_norm, final_norm
+    assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
+
+
 @pytest.mark.parametrize("knobs", [{"ET_PREFETCH_BYTES": 262144}, {"ET_STAGE_BYTES": 131072}])
 def test_decode_kernel_with_weight_prefetch_compiles(knobs):
     """With the prefetch window (the weight tiles of the tasks ahead go to L2 from the static

@@ -55,13 +55,16 @@ RING_TILES = "k_split=1,mlp_split=1,proj_tile=16,n_tile=16,down_tile=16,ffn_tile
              "down_split=1,vocab_tile=16,argmax_tile=64,kv_chunk=16"
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
-def test_tiny_fused_norms_match_reference(name):
-    """Residual adds that also compute the norm after them (fuse_norm)."""
+@pytest.mark.parametrize("name, norm", [("tiny-llama", "fuse_norm"), ("tiny-qwen3", "fuse_norm"),
+                                        ("tiny-llama", "fold_norm"), ("tiny-qwen3", "fold_norm")])
+def test_tiny_fused_or_folded_norms_match_reference(name, norm):
+    """Residual adds that also compute the norm after them (fuse_norm), or the sums of
+    squares of their rows for the projections after them to apply the norm (fold_norm, with
+    residual tiles of 32 columns: several sums per row)."""
     from eventtensor.models.decode import tiles_with
     from eventtensor.models.gpu_decode import gpu_tiles
     _tiny_steps_match_reference(name, 8, 2, tiles=tiles_with(gpu_tiles(get_config(name), 4),
-                                                            "fuse_norm=1"))
+                                                            f"{norm}=1,residual_tile=32"))
 
 
 @pytest.mark.parametrize("ring", [3072, 5120, 65536])

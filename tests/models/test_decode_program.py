@@ -1,6 +1,8 @@
 """The decode-step program on the CPU interpreter: logits and greedy tokens against the numpy
 reference and transformers, ragged positions with requests joining and leaving, the event
 structure, and every decode task kind against plain numpy."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -355,6 +357,39 @@ def test_fused_norms_leave_one_norm_grid():
 def test_fused_norms_match_reference(mode):
     cfg = CONFIGS["tiny-qwen3"]
     _steps_close(cfg, random_weights(cfg, seed=8), FUSED_TILES, mode, ["a", "b", "c"], 5)
+
+
+# residual tiles of 32 columns (tiny E = 64: two sums of squares per row), split-K 2
+FOLDED_TILES = DecodeTiles(rows=2, k_split=2, n_tile=32, ffn_tile=64, vocab_tile=64,
+                           kv_chunk=16, norm_rows=1, residual_tile=32, fold_norm=1)
+
+
+def test_folded_norms_leave_the_first_and_final_norm_grids():
+    """With fold_norm the residual adds write the sums of squares of their tiles' rows and
+    the projections after them normalise their K-slice themselves: only layer 0's input norm
+    and the final norm keep their grids, and a projection waits on every residual tile of
+    its rows (their sums of squares), nothing else."""
+    cfg = CONFIGS["tiny-llama"]
+    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, FOLDED_TILES))
+    assert [g.name for g in program.grids if g.kind == "rms_norm"] == ["l0_attn_norm",
+                                                                       "final_norm"]
+    kinds = [g.kind for g in program.grids]
+    assert kinds.count("norm_linear_partial") == 5 * cfg.num_layers - 3  # not l0's q, k, v
+    assert kinds.count("residual_add_sumsq") == 2 * cfg.num_layers - 1   # not the last
+    tables = build_tables(bind(program, {"B": 3}))
+    names = {tables.bound.task_name(t): t for t in range(tables.bound.num_tasks)}
+    assert _producers(tables, names, "l1_q_proj(1, 0, 0)") == {
+        "l0_mlp_residual(2, 0)", "l0_mlp_residual(2, 1)"}
+    assert _producers(tables, names, "l0_gate_proj(0, 0, 1)") == {
+        f"l0_attn_residual({m}, {n})" for m in (0, 1) for n in (0, 1)}
+    with pytest.raises(ValueError, match="fuse_norm and tiles.fold_norm"):
+        build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, replace(FOLDED_TILES, fuse_norm=1))
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_folded_norms_match_reference(mode):
+    cfg = CONFIGS["tiny-qwen3"]
+    _steps_close(cfg, random_weights(cfg, seed=9), FOLDED_TILES, mode, ["a", "b", "c"], 6)
 
 
 # ------------------------------------------------------------------ task kinds

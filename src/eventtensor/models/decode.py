@@ -48,7 +48,10 @@ Per layer l, tiles and events (events come from the tile regions unless named he
   gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/stile), down_proj (mb, E/dtile, Sd): a down
   chunk waits on the SiLU tiles it reads; mlp_residual (mn, E/RT) -> next layer's x rows
   (with `fuse_norm`, each residual add (mn) also writes the norm after it, the next layer's
-  attn_norm or mlp_norm, so those grids go: one stage fewer before each projection)
+  attn_norm or mlp_norm, so those grids go: one stage fewer before each projection; with
+  `fold_norm`, each residual tile also writes the sums of squares of its rows, x_ss [B, E/RT],
+  and the projections after it (norm_linear_partial) scale their K-slice of x by the row's
+  1/rms and the norm weight themselves: the norm grids go but layer 0's and the final one)
 then final_norm (mn), lm_head (mb, V/tile), argmax_tile (mb, V/argmax tile), argmax (mb).
 Before the layers: plan (1 task: attn_plan [B, 3] from positions, notifies `planned`) and embed (B).
 
@@ -109,6 +112,7 @@ class DecodeTiles:
     norm_rows: int | None = None   # rows of an RMSNorm or residual tile; None: rows
     residual_tile: int | None = None  # columns of a residual tile (of E); None: all of E
     fuse_norm: int = 0             # 1: each residual add also computes the RMSNorm after it
+    fold_norm: int = 0             # 1: the projections after a residual add apply its norm
 
 
 def tiles_with(base: DecodeTiles, text: str) -> DecodeTiles:
@@ -166,6 +170,9 @@ class _Decode:
         self.ks = _split(E, tiles.k_split, "k_split")
         self.mlp_split = tiles.mlp_split or tiles.k_split
         self.ms = _split(E, self.mlp_split, "mlp_split")
+        if tiles.fuse_norm and tiles.fold_norm:
+            raise ValueError("tiles.fuse_norm and tiles.fold_norm exclude each other (the "
+                             "norm after a residual add is computed by one or the other)")
         self.nr = tiles.norm_rows or tiles.rows
         self.norm_span, self.norm_tiles = _span("m", self.nr, "B"), sym.cdiv(self.B, self.nr)
         self.res_tile = tiles.residual_tile or E
@@ -190,14 +197,24 @@ class _Decode:
         return tensor_name(f"model.layers.{layer}.{name}.weight")
 
     def linear(self, name: str, x: str, w: str, out: str, n_cols: int, tile: int,
-               total: int, split: int, chunk: int) -> None:
-        """Split-K GEMV grid (mb, column tiles, split) of out[s, rows, cols] = x @ W^T."""
+               total: int, split: int, chunk: int, norm: tuple[str, str] | None = None) -> None:
+        """Split-K GEMV grid (mb, column tiles, split) of out[s, rows, cols] = x @ W^T; with
+        `norm` (the sums of squares of x's residual tiles, the norm weight), of the RMSNorm
+        of x (norm_linear_partial)."""
         pb, rows = self.pb, self.rows
         cols, ks = _span("n", tile, total), f"{chunk}*s:{chunk}*s + {chunk}"
         pb.temp(out, (split, self.B, total))
-        pb.grid(name, "linear_partial", "mns", (self.mb, n_cols, split),
-                reads={x: f"{rows}, {ks}", w: f"{cols}, {ks}"},
-                writes={out: f"s, {rows}, {cols}"}, params={"x": x, "w": w})
+        reads = {x: f"{rows}, {ks}", w: f"{cols}, {ks}"}
+        params: dict[str, object] = {"x": x, "w": w}
+        kind = "linear_partial"
+        if norm is not None:
+            ss, nw = norm
+            reads.update({ss: f"{rows}, :", nw: ks})
+            params.update({"ss": ss, "norm_w": nw, "eps": self.cfg.rms_norm_eps,
+                           "cols": self.cfg.hidden_size})
+            kind = "norm_linear_partial"
+        pb.grid(name, kind, "mns", (self.mb, n_cols, split), reads=reads,
+                writes={out: f"s, {rows}, {cols}"}, params=params)
 
     def norm(self, name: str, x: str, w: str, out: str) -> None:
         """RMSNorm grid over tiles of `norm_rows` rows."""
@@ -208,19 +225,27 @@ class _Decode:
                      params={"x": x, "w": w, "eps": self.cfg.rms_norm_eps})
 
     def residual(self, name: str, x: str, parts: str, out: str,
-                 norm: tuple[str, str]) -> str | None:
+                 norm: tuple[str, str], sumsq: bool = False) -> str | None:
         """x + the partials summed, over tiles of `norm_rows` rows by `residual_tile`
         columns. With `fuse_norm`, the same tasks (rows of all of E) also write the RMSNorm
         of the sum (`norm`: its weight and output) and return the norm's name; else None:
-        the norm is left to its own grid."""
+        the norm is left to its own grid or, with `sumsq`, to the projections after it (the
+        tiles also write the sums of squares of their rows to `out`_ss [B, column tiles])."""
         E, rows = self.cfg.hidden_size, self.norm_span
         self.pb.temp(out, (self.B, E))
         if not self.t.fuse_norm:
             tile = self.res_tile
-            cols = _span("n", tile, E)
-            self.pb.grid(name, "residual_add", "mn", (self.norm_tiles, -(-E // tile)),
-                         reads={x: f"{rows}, {cols}", parts: f":, {rows}, {cols}"},
-                         writes={out: f"{rows}, {cols}"}, params={"x": x, "parts": parts})
+            cols, n_cols = _span("n", tile, E), -(-E // tile)
+            reads = {x: f"{rows}, {cols}", parts: f":, {rows}, {cols}"}
+            if not sumsq:
+                self.pb.grid(name, "residual_add", "mn", (self.norm_tiles, n_cols),
+                             reads=reads, writes={out: f"{rows}, {cols}"},
+                             params={"x": x, "parts": parts})
+                return None
+            self.pb.temp(out + "_ss", (self.B, n_cols))
+            self.pb.grid(name, "residual_add_sumsq", "mn", (self.norm_tiles, n_cols),
+                         reads=reads, writes={out: f"{rows}, {cols}", out + "_ss": f"{rows}, n"},
+                         params={"x": x, "parts": parts, "out": out, "ss": out + "_ss"})
             return None
         w, h = norm
         self.pb.temp(h, (self.B, E))
@@ -252,14 +277,17 @@ class _Decode:
         cfg, pb, t, rows, B = self.cfg, self.pb, self.t, self.rows, self.B
         K, D, G, E = cfg.num_kv_heads, cfg.head_dim, cfg.group_size, cfg.hidden_size
         GD, p = G * D, f"l{i}_"
-        if h is None:
+        fold = (x + "_ss", self.w(i, "input_layernorm")) if t.fold_norm and i > 0 else None
+        if fold:
+            h = x  # the projections normalise it
+        elif h is None:
             h = p + "h"
             self.norm(p + "attn_norm", x, self.w(i, "input_layernorm"), h)
         for proj, width in (("q", GD), ("k", D), ("v", D)):
             tile = t.proj_tile or width
             self.linear(p + f"{proj}_proj", h, self.w(i, f"self_attn.{proj}_proj"),
                         p + f"{proj}_part", -(-K * width // tile), tile, K * width, t.k_split,
-                        self.ks)
+                        self.ks, norm=fold)
         head = {"q": f"{GD}*h:{GD}*h + {GD}", "k": f"{D}*h:{D}*h + {D}"}
         head["v"] = head["k"]
         reads = {p + f"{r}_part": f":, {rows}, {head[r]}" for r in "qkv"}
@@ -321,7 +349,8 @@ class _Decode:
         self.linear(p + "o_proj", p + "attn", self.w(i, "self_attn.o_proj"), p + "o_part",
                     n_e, t.n_tile, E, cfg.q_size // self.qs, self.qs)
         h2 = self.residual(p + "attn_residual", x, p + "o_part", p + "x_mid",
-                           norm=(self.w(i, "post_attention_layernorm"), p + "h2"))
+                           norm=(self.w(i, "post_attention_layernorm"), p + "h2"),
+                           sumsq=bool(t.fold_norm))
         return p + "x_mid", h2
 
     def mlp(self, i: int, x: str, h2: str | None) -> tuple[str, str | None]:
@@ -329,13 +358,17 @@ class _Decode:
         norm (the final norm after the last layer)."""
         cfg, pb, t, rows = self.cfg, self.pb, self.t, self.rows
         E, F, p = cfg.hidden_size, cfg.intermediate_size, f"l{i}_"
-        if h2 is None:
+        fold = (x + "_ss", self.w(i, "post_attention_layernorm")) if t.fold_norm else None
+        if fold:
+            h2 = x
+        elif h2 is None:
             h2 = p + "h2"
             self.norm(p + "mlp_norm", x, self.w(i, "post_attention_layernorm"), h2)
         n_f = -(-F // t.ffn_tile)
         for proj in ("gate", "up"):
             self.linear(p + f"{proj}_proj", h2, self.w(i, f"mlp.{proj}_proj"),
-                        p + f"{proj}_part", n_f, t.ffn_tile, F, self.mlp_split, self.ms)
+                        p + f"{proj}_part", n_f, t.ffn_tile, F, self.mlp_split, self.ms,
+                        norm=fold)
         silu = t.silu_tile or t.ffn_tile
         cols = _span("n", silu, F)
         pb.temp(p + "act", (self.B, F))
@@ -350,7 +383,7 @@ class _Decode:
         norm = (tensor_name("model.norm.weight"), "h_final") if last else \
             (self.w(i + 1, "input_layernorm"), f"l{i + 1}_h")
         return f"x{i + 1}", self.residual(p + "mlp_residual", x, p + "down_part", f"x{i + 1}",
-                                          norm=norm)
+                                          norm=norm, sumsq=bool(t.fold_norm) and not last)
 
     def epilogue(self, x: str, h: str | None) -> None:
         cfg, pb, t, rows = self.cfg, self.pb, self.t, self.rows

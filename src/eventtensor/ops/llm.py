@@ -103,6 +103,26 @@ def linear_partial(ctx: TaskContext) -> Out:
     return {out: _put(ctx, out, x.reshape(-1, w.shape[-1]) @ w.reshape(-1, w.shape[-1]).T)}
 
 
+def _norm_linear_flops(reads, writes, params) -> int:
+    rows, k = reads[params["x"]][-2:]
+    return 2 * rows * k * (reads[params["w"]][0] + 1)
+
+
+@task_kind("norm_linear_partial", _norm_linear_flops)
+def norm_linear_partial(ctx: TaskContext) -> Out:
+    """linear_partial of RMSNorm'd rows whose norm was never stored: rows x [n, k] (params x,
+    a K-slice of the residual stream) times 1 / sqrt(sum(ss) / cols + eps) of their row
+    (ss [n, T], params ss: the sums of squares of the T column tiles of the residual add
+    that wrote the rows, `residual_add_sumsq`; cols: the rows' full width) and the norm
+    weight's slice [k] (params norm_w), then times the weight tile [c, k] (params w)."""
+    out, p = _single_out(ctx), ctx.params
+    x, w = _role(ctx, "x"), _role(ctx, "w")
+    x = x.reshape(-1, w.shape[-1])
+    ss = _role(ctx, "ss").reshape(len(x), -1).sum(axis=-1, keepdims=True)
+    h = x / np.sqrt(ss / float(p["cols"]) + float(p["eps"])) * _role(ctx, "norm_w").reshape(-1)
+    return {out: _put(ctx, out, h @ w.reshape(-1, w.shape[-1]).T)}
+
+
 def _rope_flops(reads, writes, params) -> int:
     return 12 * sum(_size(writes[params[r]]) for r in ("q_out", "k_out"))
 
@@ -210,6 +230,19 @@ def residual_add(ctx: TaskContext) -> Out:
     """Residual add: rows x [n, c] (params x) plus the partials [S, n, c] (params parts)."""
     out = _single_out(ctx)
     return {out: _put(ctx, out, _role(ctx, "x") + _partials(ctx, "parts"))}
+
+
+@task_kind("residual_add_sumsq", _add_flops)
+def residual_add_sumsq(ctx: TaskContext) -> Out:
+    """Residual add that also sums the squares of its rows: out = rows x [n, c] (params x)
+    plus the partials [S, n, c] (params parts), and ss [n, 1] = the sum over c of out^2 as
+    stored (the tile's share of the RMSNorm that `norm_linear_partial` applies); out and ss
+    are the tiles of the tensors params out and ss."""
+    p = ctx.params
+    out, ss = str(p["out"]), str(p["ss"])
+    summed = _put(ctx, out, _role(ctx, "x") + _partials(ctx, "parts"))
+    rows = np.asarray(summed, np.float64).reshape(ctx.out_shapes[ss][0], -1)
+    return {out: summed, ss: _put(ctx, ss, (rows * rows).sum(axis=-1))}
 
 
 def _add_norm_flops(reads, writes, params) -> int:

@@ -1,7 +1,8 @@
 """Pass: derive event tensors and edges from producer and consumer tile regions.
 
-For every task grid C reading a tensor that another grid P writes, with no event already
-connecting P to C, create (or reuse) an event over P's grid and the edges between them:
+For every task grid C reading a tensor that another grid P writes, with no declared event
+connecting P to C, create (or reuse) an event over P's grid and the edges between them (one
+wait per tensor C reads from P, as their regions may differ):
 
 * each producer axis `a` must write an affine tile `s*a + o` of one tensor dimension (stride
   `s` a constant, offset `o` free of task coordinates);
@@ -32,6 +33,7 @@ def derive_events(p: Program) -> Program:
     if not p.derive_events:
         return p
     events = list(p.events)
+    declared = list(p.edges)
     edges = list(p.edges)
     names = {e.name for e in events}
     bindings = sample_bindings(p)
@@ -39,7 +41,8 @@ def derive_events(p: Program) -> Program:
         for r in c.reads:
             for prod in p.grids:
                 w = next((x for x in prod.writes if x.tensor == r.tensor), None)
-                if w is None or prod.name == c.name or _connected(p, edges, prod.name, c.name):
+                if w is None or prod.name == c.name or _connected(p, declared, prod.name,
+                                                                  c.name):
                     continue
                 derived = _derive(p, prod, w, c, r, bindings)
                 if derived is None:  # the regions never overlap
@@ -49,7 +52,9 @@ def derive_events(p: Program) -> Program:
                     names.add(ev.name)
                     events.append(ev)
                     edges.append(Edge(prod.name, ev.name, "notify", notify))
-                edges.append(Edge(c.name, ev.name, "wait", wait))
+                edge = Edge(c.name, ev.name, "wait", wait)
+                if edge not in edges:  # (each tensor read from the producer has its wait)
+                    edges.append(edge)
     return p.replace(events=tuple(events), edges=tuple(edges))
 
 

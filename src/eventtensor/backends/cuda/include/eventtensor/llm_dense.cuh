@@ -397,6 +397,33 @@ __device__ __forceinline__ void et_body_residual_add(const EtTileT<X>& x, const 
     et_map_partials(x, parts, out, [](float a, float p) { return a + p; });
 }
 
+// residual_add_sumsq: residual_add, then ss [n, 1] (or [n]) = the sum of the squares of each
+// row of out as stored (read back after a barrier, as residual_rms_norm does): its share of
+// the RMSNorm that norm_linear_partial folds into the projections after it.
+template <typename X, typename P, typename O, typename S>
+__device__ __forceinline__ void et_body_residual_add_sumsq(const EtTileT<X>& x,
+                                                           const EtTileT<P>& parts,
+                                                           const EtTileT<O>& out,
+                                                           const EtTileT<S>& ss) {
+    et_body_residual_add(x, parts, out);
+    __syncthreads();
+    const int rows = et_nrows(out), cols = et_cols(out);
+    const EtRowGroups g = et_row_groups(rows);
+#pragma unroll 1
+    for (int it = 0; it < g.iters; ++it) {  // uniform: et_group_total may hold barriers
+        const int r = it * g.groups + g.group;
+        float t = 0.f;
+        if (r < rows)
+#pragma unroll 1
+            for (int c = g.part; c < cols; c += g.threads) {
+                const float v = et_to_float(out.p[et_lrc_off(out, 0, r, c)]);
+                t += v * v;
+            }
+        t = et_group_total(t, g);
+        if (r < rows && g.part == 0) ss.p[et_first_off(ss, r)] = et_from_float<S>(t);
+    }
+}
+
 // residual_rms_norm: out [n, E] = x + the partials parts [S, n, E] summed (residual_add),
 // then h [n, E] = the RMSNorm of out's rows with weight w [E] (rms_norm, reading out back:
 // the barrier between makes the CTA's stores visible to all its threads).
@@ -478,10 +505,16 @@ __device__ __forceinline__ void et_body_argmax_reduce(const EtTileT<X>& x, const
 // ------------------------------------------------------------------ linear_partial
 
 // A linear_partial on plain tiles: out cell (r, j), at out[r * dr + j * dc], is the sum over
-// t < k of x[r * xr + t * xk] * w[j * wr + t] (w's rows contiguous).
+// t < k of x[r * xr + t * xk] * w[j * wr + t] (w's rows contiguous); in the streaming path's
+// SCALED instances, x[r, t] scaled by et_norm_scales()[r0 + r] and [ET_NORM_ROWS + t] first
+// (an RMSNorm folded in, norm_linear_partial).
 struct EtLinear {
-    int rows, cols, k, xr, xk, wr, dr, dc;
+    int rows, cols, k, xr, xk, wr, dr, dc, r0;
 };
+
+// The row scales (from 0) and column scales (from ET_NORM_ROWS) of a folded RMSNorm.
+#define ET_NORM_ROWS 64
+__device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 
 // The streaming path of linear_partial, for rows <= NB of x and weight rows that are runs of
 // aligned 16-byte words (V = 16 / sizeof(W) elements each; k a multiple of V).
@@ -504,7 +537,7 @@ struct EtLinear {
 // staged once, by the first pass, for every pass. Barriers: uniform (steps and chunks depend
 // on k only, passes on c); the last one after the last read of the staged x. Not inlined:
 // one copy per instance of this large loop, whose call costs little next to its work.
-template <int NB, int R, int KW, bool DB, typename X, typename W, typename O>
+template <int NB, int R, int KW, bool DB, bool SCALED, typename X, typename W, typename O>
 __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtLinear g) {
     constexpr int V = 16 / sizeof(W), WS = V * NB + 4, STEP = 8 * KW;
     constexpr int CHUNK = ET_LLM_SMEM_BYTES / 4 / WS / STEP * STEP, S = CHUNK / STEP;
@@ -520,6 +553,9 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
             const int f = (int)threadIdx.x + 256 * i, r = f / (CHUNK * V);
             const int t = chunk * CHUNK * V + f - r * (CHUNK * V);
             xv[i] = f < XE && r < g.rows && t < g.k ? et_to_float(x[r * g.xr + t * g.xk]) : 0.f;
+            if constexpr (SCALED)
+                if (f < XE && r < g.rows && t < g.k)
+                    xv[i] *= et_norm_scales()[g.r0 + r] * et_norm_scales()[ET_NORM_ROWS + t];
         }
     };
     auto store_x = [&]() {
@@ -619,21 +655,22 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
 // SM streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about
 // 3.8 TB/s, n = 2 at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of
 // device-to-device copy.) Up to 255 registers, no spills, at one CTA per SM.
-template <typename X, typename W, typename O>
+template <bool SCALED = false, typename X, typename W, typename O>
 __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
     constexpr int V = 16 / sizeof(W);
     const int rows = g.rows;
     for (int r0 = 0; r0 < rows; r0 += 16) {
         EtLinear b = g;
         b.rows = rows - r0 < 16 ? rows - r0 : 16;
+        b.r0 = g.r0 + r0;
         const X* xb = x + r0 * g.xr;
         O* ob = out + r0 * g.dr;
-        if (b.rows == 1 && b.k <= 16 * V) et_linear_words<1, 8, 2, false>(xb, w, ob, b);
-        else if (b.rows == 1) et_linear_words<1, 4, 4, false>(xb, w, ob, b);
-        else if (b.rows == 2) et_linear_words<2, 4, 2, true>(xb, w, ob, b);
-        else if (b.rows <= 4) et_linear_words<4, 4, 2, false>(xb, w, ob, b);
-        else if (b.rows <= 8) et_linear_words<8, 4, 1, false>(xb, w, ob, b);
-        else et_linear_words<16, 4, 1, false>(xb, w, ob, b);
+        if (b.rows == 1 && b.k <= 16 * V) et_linear_words<1, 8, 2, false, SCALED>(xb, w, ob, b);
+        else if (b.rows == 1) et_linear_words<1, 4, 4, false, SCALED>(xb, w, ob, b);
+        else if (b.rows == 2) et_linear_words<2, 4, 2, true, SCALED>(xb, w, ob, b);
+        else if (b.rows <= 4) et_linear_words<4, 4, 2, false, SCALED>(xb, w, ob, b);
+        else if (b.rows <= 8) et_linear_words<8, 4, 1, false, SCALED>(xb, w, ob, b);
+        else et_linear_words<16, 4, 1, false, SCALED>(xb, w, ob, b);
     }
 }
 
@@ -755,5 +792,54 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
             acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, t)]) *
                    et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, t)]);
         out.p[et_lrc_off(out, 0, r, j)] = et_from_float<O>(acc);
+    }
+}
+
+// norm_linear_partial: linear_partial of x [n, k] scaled per row by 1 / sqrt(sum(ss[r, :]) /
+// cols + eps) (ss [n, T]: the sums of squares of the row's T residual tiles) and per column
+// by the norm weight nw [k]: the RMSNorm of the rows, whose K-slice x is, folded into the
+// projection after it. The scales go to et_norm_scales (rows first, then the columns from
+// ET_NORM_ROWS on) and the streaming path applies them as it stages x; tiles it does not
+// take (unaligned, more rows or columns than the scratch holds) go one thread per cell.
+template <typename X, typename S, typename N, typename W, typename O>
+__device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
+                                                            const EtTileT<S>& ss,
+                                                            const EtTileT<N>& nw,
+                                                            const EtTileT<W>& w,
+                                                            const EtTileT<O>& out, float eps,
+                                                            int cols) {
+    const int rows = (int)x.n[0], c = (int)w.n[0], k = (int)x.n[1], T = et_cols(ss);
+    auto row_scale = [&](int r) {
+        float t = 0.f;
+#pragma unroll 1
+        for (int j = 0; j < T; ++j) t += et_to_float(ss.p[et_lrc_off(ss, 0, r, j)]);
+        return rsqrtf(t / (float)cols + eps);
+    };
+    auto col_scale = [&](int t) { return et_to_float(nw.p[et_lrc_off(nw, 0, 0, t)]); };
+    constexpr int V = 16 / sizeof(W);
+    if (x.rank == 2 && w.rank == 2 && out.rank >= 2 && et_plain(x) && et_plain(w) &&
+        et_plain(out) && rows <= ET_NORM_ROWS && k <= ET_SCRATCH_FLOATS - ET_NORM_ROWS &&
+        w.s[1] == 1 && k % V == 0 && (int)w.s[0] % V == 0 &&
+        reinterpret_cast<unsigned long long>(w.p) % 16 == 0) {
+        float* sc = et_norm_scales();
+#pragma unroll 1
+        for (int r = (int)threadIdx.x; r < rows; r += (int)blockDim.x) sc[r] = row_scale(r);
+#pragma unroll 1
+        for (int t = (int)threadIdx.x; t < k; t += (int)blockDim.x)
+            sc[ET_NORM_ROWS + t] = col_scale(t);
+        __syncthreads();
+        const EtLinear g = {rows, c, k, (int)x.s[0], (int)x.s[1], (int)w.s[0],
+                            et_back_s(out, 1), et_back_s(out, 0), 0};
+        return et_linear_blocks<true>(x.p, w.p, out.p, g);
+    }
+#pragma unroll 1
+    for (int e = (int)threadIdx.x; e < rows * c; e += (int)blockDim.x) {
+        const int r = e / c, j = e - r * c;
+        float acc = 0.f;
+#pragma unroll 1
+        for (int t = 0; t < k; ++t)
+            acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, t)]) * col_scale(t) *
+                   et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, t)]);
+        out.p[et_lrc_off(out, 0, r, j)] = et_from_float<O>(acc * row_scale(r));
     }
 }
