@@ -2,8 +2,9 @@
 # Run on the GPU machine from the repository root: the GPU tests, compute-sanitizer, the
 # megakernel benchmark and the decode benchmark. STEPS picks some of them (default: all of
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
-# TESTS=tests/gpu/test_decode.py; "tiles" runs benchmarks/decode_tiles_bench.py with
-# TILES_ARGS, "trace" benchmarks/decode_trace_bench.py with TRACE_ARGS). The test and
+# TESTS=tests/gpu/test_decode.py, and TESTS_K selects tests by a pytest -k expression;
+# "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
+# benchmarks/decode_trace_bench.py with TRACE_ARGS). The test and
 # sanitizer logs, the benchmarks' JSON, markdown and pictures and the gzipped traces go to
 # $OUT (default ./out); with TGZ=1 also everything, logs included, as $OUT/gpu_check.tgz.
 set -uo pipefail
@@ -18,8 +19,8 @@ python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, torch
 python3 -c "from cuda.bindings import nvrtc; print('nvrtc', nvrtc.nvrtcVersion())" 2>&1 | tee -a "$RUN/gpu.txt"
 # (each step bounded, so that the archive is written within the GPU machine's command limit)
 if has tests; then
-  timeout "${TEST_TIMEOUT:-480}" python3 -m pytest -q -x ${TESTS:-tests/gpu} -p no:cacheprovider \
-    --durations=8 2>&1 | tee "$RUN/gpu_tests.log"
+  timeout "${TEST_TIMEOUT:-480}" python3 -m pytest -q -x ${TESTS:-tests/gpu} ${TESTS_K:+-k "$TESTS_K"} \
+    -p no:cacheprovider --durations=8 2>&1 | tee "$RUN/gpu_tests.log"
 fi
 if has sanitizer; then
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
