@@ -110,38 +110,44 @@ def stall_summary(tables, prof, kinds: list[str]) -> dict:
     return out
 
 
-def layer_stages(tasks: list[tuple[str, float, float, float]], layer: int) -> list[dict]:
+def layer_stages(tasks: list[tuple[str, float, float, float, float]], layer: int) -> list[dict]:
     """The task grids of decode layer `layer` (names `l<layer>_...`) in the order their first
-    body starts, from (grid, body start µs, body end µs, setup µs) of each task: its tasks,
-    first start, last end, the span between and the mean body and setup (setup: from the
-    waits satisfied to thread 0 entering the body with the tile views built)."""
+    body starts, from (grid, body start µs, body end µs, setup µs, publish µs) of each task:
+    its tasks, first start, last end, the span between and the mean body, setup (from the
+    waits satisfied to thread 0 entering the body with the tile views built) and publish
+    (from the barrier after the body to its notifies issued: the release fence, held-back
+    notifies)."""
     rows: dict[str, dict] = {}
-    for grid, start, end, setup in tasks:
+    for grid, start, end, setup, publish in tasks:
         if not grid.startswith(f"l{layer}_"):
             continue
         r = rows.setdefault(grid, {"grid": grid, "tasks": 0, "start_us": start,
-                                   "end_us": end, "body_sum": 0.0, "setup_sum": 0.0})
+                                   "end_us": end, "body_sum": 0.0, "setup_sum": 0.0,
+                                   "publish_sum": 0.0})
         r["tasks"] += 1
         r["start_us"], r["end_us"] = min(r["start_us"], start), max(r["end_us"], end)
         r["body_sum"] += end - start
         r["setup_sum"] += setup
+        r["publish_sum"] += publish
     out = []
     for r in sorted(rows.values(), key=lambda r: r["start_us"]):
         n = r.pop("tasks")
         out.append({**{k: v for k, v in r.items() if not k.endswith("_sum")}, "tasks": n,
                     "span_us": r["end_us"] - r["start_us"], "body_us": r["body_sum"] / n,
-                    "setup_us": r["setup_sum"] / n})
+                    "setup_us": r["setup_sum"] / n, "publish_us": r["publish_sum"] / n})
     return out
 
 
-def stage_rows(kernel, st) -> list[tuple[str, float, float, float]]:
-    """(grid, body start, body end, setup) in µs from the first fetch of every task a
-    profiled launch ran (see layer_stages)."""
+def stage_rows(kernel, st) -> list[tuple[str, float, float, float, float]]:
+    """(grid, body start, body end, setup, publish) in µs (the first two from the first
+    fetch) of every task a profiled launch ran (see layer_stages)."""
     b, prof = st.tables.bound, kernel.profile(st)
     t0 = prof.tasks[prof.ran, 0].min() if prof.ran.size else 0
     names = [kernel.program.grids[g].name for g in b.task_grid]
-    return [(names[t], (prof.tasks[t, 1] - t0) / 1e3, (prof.tasks[t, 3] - t0) / 1e3,
-             max(0, int(prof.entered[t]) - int(prof.tasks[t, 1])) / 1e3) for t in prof.ran]
+    tk = prof.tasks.astype(np.int64)
+    return [(names[t], (tk[t, 1] - t0) / 1e3, (tk[t, 3] - t0) / 1e3,
+             max(0, int(prof.entered[t]) - int(tk[t, 1])) / 1e3,
+             max(0, int(tk[t, 5] - tk[t, 3])) / 1e3) for t in prof.ran]
 
 
 def markdown(meta: dict, results: list[dict]) -> str:
@@ -175,13 +181,14 @@ def markdown(meta: dict, results: list[dict]) -> str:
                          f"{'' if b[1] is None else f'{b[1]:.0f}'} |")
         if r.get("layer"):
             lines += ["", f"Layer {r['layer_index']}'s task grids, by first body start (µs "
-                      "from the step's first fetch; body and setup: means per task, setup the "
-                      "part before thread 0 enters the body):", "",
-                      "| grid | tasks | start | end | span | body | setup |",
-                      "|---|---:|---:|---:|---:|---:|---:|"]
+                      "from the step's first fetch; body, setup and publish: means per task, "
+                      "setup the part of the body before thread 0 enters it, publish from the "
+                      "barrier after the body to the notifies issued):", "",
+                      "| grid | tasks | start | end | span | body | setup | publish |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|"]
             lines += [f"| {g['grid']} | {g['tasks']} | {g['start_us']:.1f} | {g['end_us']:.1f} "
-                      f"| {g['span_us']:.1f} | {g['body_us']:.2f} | {g['setup_us']:.2f} |"
-                      for g in r["layer"]]
+                      f"| {g['span_us']:.1f} | {g['body_us']:.2f} | {g['setup_us']:.2f} | "
+                      f"{g.get('publish_us', 0.0):.2f} |" for g in r["layer"]]
         lines.append("")
     return "\n".join(lines)
 

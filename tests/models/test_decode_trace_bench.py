@@ -28,13 +28,15 @@ def test_kind_summary_sums_body_time_per_kind():
 
 
 def test_layer_stages_order_one_layers_grids_by_first_start():
-    rows = BENCH["layer_stages"]([("l1_q_proj", 10.0, 14.0, 1.0), ("l1_norm", 2.0, 8.0, 3.0),
-                                  ("l1_q_proj", 12.0, 20.0, 0.0), ("l10_q_proj", 0.0, 1.0, 0.0),
-                                  ("l2_norm", 1.0, 2.0, 0.0)], 1)
+    rows = BENCH["layer_stages"]([("l1_q_proj", 10.0, 14.0, 1.0, 2.0),
+                                  ("l1_norm", 2.0, 8.0, 3.0, 1.0),
+                                  ("l1_q_proj", 12.0, 20.0, 0.0, 1.0),
+                                  ("l10_q_proj", 0.0, 1.0, 0.0, 0.0),
+                                  ("l2_norm", 1.0, 2.0, 0.0, 0.0)], 1)
     assert [r["grid"] for r in rows] == ["l1_norm", "l1_q_proj"]
     q = rows[1]
     assert (q["tasks"], q["start_us"], q["end_us"], q["span_us"]) == (2, 10.0, 20.0, 10.0)
-    assert q["body_us"] == 6.0 and q["setup_us"] == 0.5
+    assert q["body_us"] == 6.0 and q["setup_us"] == 0.5 and q["publish_us"] == 1.5
     md = BENCH["markdown"]({"model": "m", "mode": "static", "context": 8, "date": "d",
                             "commit": "c", "gpu": "g", "command": "x"},
                            [{"batch": 1, "step_ms": 0.5, "profiled_ms": 0.6, "makespan_us": 6,
@@ -42,7 +44,7 @@ def test_layer_stages_order_one_layers_grids_by_first_start():
                              "layer": rows,
                              "stalls": {"body_us": 6.0, "event_us": 3.0, "other_us": 1.0,
                                         "event_by_producer": {}, "other_by_task": {}}}])
-    assert "| l1_q_proj | 2 | 10.0 | 20.0 | 10.0 | 6.00 | 0.50 |" in md
+    assert "| l1_q_proj | 2 | 10.0 | 20.0 | 10.0 | 6.00 | 0.50 | 1.50 |" in md
 
 
 def test_stall_summary_splits_a_cta_time_into_bodies_event_waits_and_the_rest():

@@ -759,6 +759,24 @@ __device__ __noinline__ void et_linear_staged(const X* x, const W* w, O* out, Et
     }
 }
 
+// One thread per cell of out [n, c] (any tiles): out[r, j] = row(r) * the sum over t < k of
+// x[r, t] * col(t) * w[j, t].
+template <typename X, typename W, typename O, typename R, typename C>
+__device__ __forceinline__ void et_linear_cells(const EtTileT<X>& x, const EtTileT<W>& w,
+                                                const EtTileT<O>& out, R row, C col) {
+    const int rows = (int)x.n[0], cols = (int)w.n[0], k = (int)x.n[1];
+#pragma unroll 1
+    for (int e = (int)threadIdx.x; e < rows * cols; e += (int)blockDim.x) {
+        const int r = e / cols, j = e - r * cols;
+        float acc = 0.f;
+#pragma unroll 1
+        for (int t = 0; t < k; ++t)
+            acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, t)]) * col(t) *
+                   et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, t)]);
+        out.p[et_lrc_off(out, 0, r, j)] = et_from_float<O>(acc * row(r));
+    }
+}
+
 // linear_partial: out[.., r, j] = sum_t x[r, t] * w[j, t] for x [n, k], w [c, k] (HF layout,
 // [out, in]) and out [n, c] or [1, n, c]. Plain tiles whose w rows are runs of aligned
 // 16-byte words: et_linear_staged for w in shared memory (staged) and n <= 2, else
@@ -783,16 +801,7 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
         const EtDot2 d = {rows, cols, k, g.xr, 0, g.xk, 0, g.wr, (int)w.s[1], g.dr, g.dc};
         return et_dot2<1>(x.p, w.p, out.p, d);
     }
-#pragma unroll 1
-    for (int e = (int)threadIdx.x; e < rows * cols; e += (int)blockDim.x) {
-        const int r = e / cols, j = e - r * cols;
-        float acc = 0.f;
-#pragma unroll 1
-        for (int t = 0; t < k; ++t)
-            acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, t)]) *
-                   et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, t)]);
-        out.p[et_lrc_off(out, 0, r, j)] = et_from_float<O>(acc);
-    }
+    et_linear_cells(x, w, out, [](int) { return 1.f; }, [](int) { return 1.f; });
 }
 
 // norm_linear_partial: linear_partial of x [n, k] scaled per row by 1 / sqrt(sum(ss[r, :]) /
@@ -832,14 +841,5 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
                             et_back_s(out, 1), et_back_s(out, 0), 0};
         return et_linear_blocks<true>(x.p, w.p, out.p, g);
     }
-#pragma unroll 1
-    for (int e = (int)threadIdx.x; e < rows * c; e += (int)blockDim.x) {
-        const int r = e / c, j = e - r * c;
-        float acc = 0.f;
-#pragma unroll 1
-        for (int t = 0; t < k; ++t)
-            acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, t)]) * col_scale(t) *
-                   et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, t)]);
-        out.p[et_lrc_off(out, 0, r, j)] = et_from_float<O>(acc * row_scale(r));
-    }
+    et_linear_cells(x, w, out, row_scale, col_scale);
 }

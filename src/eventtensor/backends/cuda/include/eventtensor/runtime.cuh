@@ -487,7 +487,7 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
 //   after the current one of the static chunk in flight into L2, up to that many bytes
 //   beyond the current task (at least one task);
 // - neither (the default): warps 1 .. prefetch the next task's tiles into L2 at the start of
-//   the current one.
+//   the current one (unless ET_PREFETCH_NEXT is 0: no weight prefetch).
 #ifndef ET_STAGE_BYTES
 #define ET_STAGE_BYTES 0
 #endif
@@ -497,6 +497,9 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
 #endif
 #ifndef ET_PREFETCH_BYTES
 #define ET_PREFETCH_BYTES 0
+#endif
+#ifndef ET_PREFETCH_NEXT
+#define ET_PREFETCH_NEXT 1
 #endif
 static_assert(ET_PREFETCH_BYTES == 0 || ET_STAGE_BYTES == 0,
               "the prefetch window and the stage ring exclude each other");
@@ -522,8 +525,8 @@ __device__ __forceinline__ bool et_thread0_task(int g) {
 // prefetch window: the input tiles of `next` into L2, while thread 0 waits on the task's
 // events.
 __device__ __forceinline__ void et_prefetch_next(const long long* A, const EtTask& next) {
-    if (ET_STAGE_BYTES > 0 || ET_PREFETCH_BYTES > 0 || threadIdx.x < 32 || next.id < 0 ||
-        !et_has_stage(next.a.x))
+    if (!ET_PREFETCH_NEXT || ET_STAGE_BYTES > 0 || ET_PREFETCH_BYTES > 0 ||
+        threadIdx.x < 32 || next.id < 0 || !et_has_stage(next.a.x))
         return;
     et_prefetch_task(A, next, (int)threadIdx.x - 32, (int)blockDim.x - 32);
 }
