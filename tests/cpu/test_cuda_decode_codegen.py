@@ -117,6 +117,22 @@ def test_decode_kernel_with_folded_norms_compiles():
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 
+def test_decode_sessions_default_knobs_compile():
+    """The decode session's knobs (decode_knobs: no next-task L2 prefetch, evict-first
+    weights; the ring without evict-first weights, caller knobs on top) make a kernel that
+    compiles and differs from the device library's defaults."""
+    from eventtensor.models.gpu_decode import DECODE_KNOBS, decode_knobs
+    assert decode_knobs(None) == DECODE_KNOBS == {"ET_PREFETCH_NEXT": 0,
+                                                  "ET_WEIGHTS_EVICT_FIRST": 1}
+    assert decode_knobs({"ET_STAGE_BYTES": 4096}) == {"ET_PREFETCH_NEXT": 0,
+                                                      "ET_STAGE_BYTES": 4096}
+    assert decode_knobs({"ET_PREFETCH_NEXT": 1})["ET_PREFETCH_NEXT"] == 1
+    _, p = decode_program("tiny-llama", layers=1)
+    src = generate(p, "static", knobs=decode_knobs(None))
+    assert "#define ET_PREFETCH_NEXT 0" in src and "#define ET_WEIGHTS_EVICT_FIRST 1" in src
+    assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
+
+
 @pytest.mark.parametrize("knobs", [{"ET_PREFETCH_BYTES": 262144}, {"ET_STAGE_BYTES": 131072}])
 def test_decode_kernel_with_weight_prefetch_compiles(knobs):
     """With the prefetch window (the weight tiles of the tasks ahead go to L2 from the static

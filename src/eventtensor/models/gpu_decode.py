@@ -48,6 +48,23 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
                        residual_tile=256)
 
 
+# The device-library knobs of the decode kernel: no L2 prefetch of the next task's tiles (the
+# prefetches in flight delay the release fence of every small task on the step's critical
+# path) and weights loaded evict-first (the kernel's code, activations and KV rows stay in
+# L2). Llama-3.2-1B, context 512: 2.865 to 2.246 ms at B = 1, 8.165 to 8.143 ms at B = 16
+# (benchmarks/results/decode_prefetch.md).
+DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1}
+
+
+def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
+    """DECODE_KNOBS overridden by `knobs`; with the stage ring (ET_STAGE_BYTES), whose copies
+    carry their own L2 hint, without the evict-first weight loads."""
+    merged = dict(DECODE_KNOBS)
+    if (knobs or {}).get("ET_STAGE_BYTES"):
+        merged.pop("ET_WEIGHTS_EVICT_FIRST")
+    return {**merged, **(knobs or {})}
+
+
 def _say(progress: bool, message: str) -> None:
     if progress:
         print(f"[eventtensor] {message}", file=sys.stderr, flush=True)
@@ -59,8 +76,8 @@ class GpuDecodeSession(RequestSlots):
     launch of the megakernel (scheduling `mode`) for any number of tokens up to `max_tokens`
     (default max_batch; decode tokens and prompt chunks, see `admit`).
     `weights`: HF name -> array or tensor of the config's shapes (values rounded to bf16).
-    `kernel`: options of `Megakernel` (num_sms, watchdog_s, ...). `compile_s` and `load_s`
-    record the warm-up."""
+    `kernel`: options of `Megakernel` (num_sms, watchdog_s, ...; its `knobs` over
+    DECODE_KNOBS, see `decode_knobs`). `compile_s` and `load_s` record the warm-up."""
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, Any], max_batch: int,
                  max_context: int, tiles: DecodeTiles | None = None, *, mode: str = "static",
@@ -84,6 +101,7 @@ class GpuDecodeSession(RequestSlots):
         _say(progress, f"compiling the {mode} decode megakernel ({config.architecture}, "
                        f"{config.num_layers} layers, {len(self.program.grids)} task grids, "
                        f"{max_batch} requests, B <= {self.max_tokens} tokens a step)")
+        kernel["knobs"] = decode_knobs(kernel.get("knobs"))
         self.kernel = Megakernel(self.program, mode, **kernel)
         self.compile_s = time.perf_counter() - start
         _say(progress, f"compiled in {self.compile_s:.1f} s "
