@@ -25,7 +25,8 @@ MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 # device-library settings a kernel may override (runtime.cuh documents each)
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
-         "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT")
+         "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
+         "ET_PREFETCH_OWN")
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
@@ -179,10 +180,10 @@ class _Gen:
         """(C condition that element `x` belongs to `ev`, lines computing its coordinates
         e0, e1, ... inside that condition)."""
         base = self.event_base(ev.name)
-        lines = [f"{indent}long long r = x - ({base});"]
+        lines = [f"{indent}int r = x - (int)({base});"]  # (32-bit: element ids are ints)
         for k in reversed(range(len(ev.shape))):
-            lines.append(f"{indent}const long long e{k} = r % ({self.c(ev.shape[k])}); "
-                         f"r /= ({self.c(ev.shape[k])});")
+            lines.append(f"{indent}const int e{k} = r % (int)({self.c(ev.shape[k])}); "
+                         f"r /= (int)({self.c(ev.shape[k])});")
         return f"x >= {base} && x < {base} + {self.size(ev.shape)}", lines
 
     def all_elements(self, ev: EventDecl, body: list[str], indent: str) -> list[str]:

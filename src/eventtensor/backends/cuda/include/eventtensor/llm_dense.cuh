@@ -674,6 +674,15 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
     }
 }
 
+// Whether the staged path below is compiled: in a kernel with the stage ring, the only way a
+// weight tile reaches shared memory (ET_STAGE_BYTES, runtime.cuh), and outside a megakernel
+// (this header's own tests). A kernel without the ring leaves out its code.
+#if !defined(ET_STAGE_BYTES) || ET_STAGE_BYTES > 0
+#define ET_LINEAR_STAGED 1
+#else
+#define ET_LINEAR_STAGED 0
+#endif
+
 // The staged path of linear_partial: w's tile in shared memory (the stage ring: dense rows
 // of k elements, whole 16-byte words), rows <= NB of x (unit column stride, rows 16-byte
 // aligned). Thread t = q * P + p, with P threads to a weight row (the largest power of two
@@ -793,10 +802,11 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
         constexpr int V = 16 / sizeof(W);
         const bool words = w.s[1] == 1 && k % V == 0 && g.wr % V == 0 &&
                            reinterpret_cast<unsigned long long>(w.p) % 16 == 0;
-        if (words && rows <= 2 && __isShared(w.p) && g.xk == 1 && g.xr % 4 == 0 &&
-            reinterpret_cast<unsigned long long>(x.p) % 16 == 0)
-            return rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
-                             : et_linear_staged<2>(x.p, w.p, out.p, g);
+        if constexpr (ET_LINEAR_STAGED)
+            if (words && rows <= 2 && __isShared(w.p) && g.xk == 1 && g.xr % 4 == 0 &&
+                reinterpret_cast<unsigned long long>(x.p) % 16 == 0)
+                return rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
+                                 : et_linear_staged<2>(x.p, w.p, out.p, g);
         if (words) return et_linear_blocks(x.p, w.p, out.p, g);
         const EtDot2 d = {rows, cols, k, g.xr, 0, g.xk, 0, g.wr, (int)w.s[1], g.dr, g.dc};
         return et_dot2<1>(x.p, w.p, out.p, d);

@@ -487,7 +487,10 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
 //   after the current one of the static chunk in flight into L2, up to that many bytes
 //   beyond the current task (at least one task);
 // - neither (the default): warps 1 .. prefetch the next task's tiles into L2 at the start of
-//   the current one (unless ET_PREFETCH_NEXT is 0: no weight prefetch).
+//   the current one (unless ET_PREFETCH_NEXT is 0) and, with ET_PREFETCH_OWN set, the
+//   current task's own tiles while thread 0 waits on its events. (The next task's prefetches
+//   may still be in flight when the current task's release fence waits for the CTA's memory
+//   operations; the task's own are done by then: its body read the tiles.)
 #ifndef ET_STAGE_BYTES
 #define ET_STAGE_BYTES 0
 #endif
@@ -500,6 +503,9 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
 #endif
 #ifndef ET_PREFETCH_NEXT
 #define ET_PREFETCH_NEXT 1
+#endif
+#ifndef ET_PREFETCH_OWN
+#define ET_PREFETCH_OWN 0
 #endif
 static_assert(ET_PREFETCH_BYTES == 0 || ET_STAGE_BYTES == 0,
               "the prefetch window and the stage ring exclude each other");
@@ -521,14 +527,16 @@ __device__ __forceinline__ bool et_thread0_task(int g) {
 #endif
 }
 
-// Warps 1 .. of the CTA, at the start of a static task, without the stage ring or the
-// prefetch window: the input tiles of `next` into L2, while thread 0 waits on the task's
-// events.
-__device__ __forceinline__ void et_prefetch_next(const long long* A, const EtTask& next) {
-    if (!ET_PREFETCH_NEXT || ET_STAGE_BYTES > 0 || ET_PREFETCH_BYTES > 0 ||
-        threadIdx.x < 32 || next.id < 0 || !et_has_stage(next.a.x))
-        return;
-    et_prefetch_task(A, next, (int)threadIdx.x - 32, (int)blockDim.x - 32);
+// Warps 1 .. of the CTA, at the start of static task `task` (followed by `next`), without
+// the stage ring or the prefetch window: the input tiles of `task` if it waits on events
+// (`waits`; ET_PREFETCH_OWN) and of `next` (ET_PREFETCH_NEXT) into L2, while thread 0 waits.
+__device__ __forceinline__ void et_prefetch_tasks(const long long* A, const EtTask& task,
+                                                  bool waits, const EtTask& next) {
+    if (ET_STAGE_BYTES > 0 || ET_PREFETCH_BYTES > 0 || threadIdx.x < 32) return;
+    const int me = (int)threadIdx.x - 32, step = (int)blockDim.x - 32;
+    if (ET_PREFETCH_OWN && waits && et_has_stage(task.a.x)) et_prefetch_task(A, task, me, step);
+    if (ET_PREFETCH_NEXT && next.id >= 0 && et_has_stage(next.a.x))
+        et_prefetch_task(A, next, me, step);
 }
 
 // Whether `next` (its table waits: `next_waits`, `num_next_waits`), the static task a CTA runs
@@ -553,7 +561,7 @@ __device__ __forceinline__ bool et_free_run(const EtView& v, const EtTask& next,
 
 // Waits, body and notifies of one task by the whole CTA, with two CTA barriers: after the
 // waits and after the body (a static task without a body: et_do_sync_task). Meanwhile warps
-// 1 .. prefetch the input tiles of `next` into L2 (et_prefetch_next); a task holding stage
+// 1 .. prefetch input tiles into L2 (et_prefetch_tasks); a task holding stage
 // ring slot `slot` (phase parity `parity`; -1: none) waits for its tiles there before the
 // first barrier and its body reads them there. With `satisfied` (et_free_run: the task
 // before it on the CTA waited on the same events) its table waits are skipped. A static
@@ -567,7 +575,7 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& ne
                            u64 fetch_ns, int slot, unsigned parity, bool satisfied,
                            EtRun* run, bool defer) {
     __shared__ int s_ok, s_nest;
-    if (!DYNAMIC) et_prefetch_next(A, next);
+    if (!DYNAMIC) et_prefetch_tasks(A, v.task, v.num_waits && !satisfied, next);
     if (!DYNAMIC && et_thread0_task(v.task.a.x)) {
         if (threadIdx.x == 0) et_do_sync_task(A, v, fetch_ns);
         return true;
