@@ -8,7 +8,8 @@ torch's bf16 GEMV on the same W, then each tile configuration, with the copy-ban
 
 A configuration: `rows` weight rows a task (its output columns), `split` K split into that
 many chunks (a task per chunk), `ring` the stage ring's bytes (knob ET_STAGE_BYTES; 0: L2
-prefetch of the next task's tile), `ctas` CTAs per SM. Each configuration's output is
+prefetch of the next task's tile), `ctas` CTAs per SM, `mma` the fewest rows of x that go to
+tensor cores (knob ET_LINEAR_MMA; 0: none). Each configuration's output is
 checked against torch's (fp32) before it is timed; a profiled launch gives the median task
 body and where the CTAs' time goes. Writes linear_bench.json and linear_bench.md.
 """
@@ -24,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eventtensor import ProgramBuilder  # noqa: E402
 
-KEYS = {"rows": 16, "split": 1, "ring": 0, "ctas": 1}
+KEYS = {"rows": 16, "split": 1, "ring": 0, "ctas": 1, "mma": 0}
 
 
 def parse_config(text: str) -> dict[str, int]:
-    """`text` "key=value,..." over KEYS (rows, split, ring, ctas)."""
+    """`text` "key=value,..." over KEYS (rows, split, ring, ctas, mma)."""
     out = dict(KEYS)
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, _, value = item.partition("=")
@@ -37,6 +38,12 @@ def parse_config(text: str) -> dict[str, int]:
                              f"{', '.join(f'{k}=N' for k in KEYS)}")
         out[key] = int(value)
     return out
+
+
+def config_knobs(c: dict[str, int]) -> dict[str, int]:
+    """The device-library knobs of configuration `c`: its ring and tensor-core threshold."""
+    return {**({"ET_STAGE_BYTES": c["ring"]} if c["ring"] else {}),
+            **({"ET_LINEAR_MMA": c["mma"]} if c["mma"] else {})}
 
 
 def linear_program(n: int, k: int, batch: int, rows: int, split: int):
@@ -78,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs = {}
     for _, c in configs:
         p = prepare(linear_program(args.n, args.k, args.batch, c["rows"], c["split"]), "static")
-        knobs = {"ET_STAGE_BYTES": c["ring"]} if c["ring"] else {}
-        jobs[generate(p, "static", c["ctas"], knobs)] = kernel_name(p, "static", c["ctas"])
+        src = generate(p, "static", c["ctas"], config_knobs(c))
+        jobs[src] = kernel_name(p, "static", c["ctas"])
     print(f"[linear_bench] compiling {len(jobs)} kernels", file=sys.stderr, flush=True)
     compile_many(list(jobs.items()))
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -94,9 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[linear_bench] torch {torch_ms:.3f} ms, floor {floor_ms:.3f} ms", file=sys.stderr,
           flush=True)
     for text, c in configs:
-        knobs = {"ET_STAGE_BYTES": c["ring"]} if c["ring"] else {}
         mk = Megakernel(linear_program(args.n, args.k, args.batch, c["rows"], c["split"]),
-                        "static", ctas_per_sm=c["ctas"], knobs=knobs)
+                        "static", ctas_per_sm=c["ctas"], knobs=config_knobs(c))
         st = mk.launch({}, {"x": x, "w": w})
         mk.sync(st)
         got = st.arrays["tensors"]["out"].sum(0)

@@ -17,6 +17,9 @@ needs_cxx = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 # headers with their inline PTX statements (bf16 rounding, prefetch, mbarriers, bulk
 # asynchronous copies) replaced by host code
 PATCHES = {
+    "llm_dense.cuh": {
+        r'asm volatile\("mma\.sync\.aligned\.m16n8k16[^;]*;[^;]*;': "et_host_mma(d, a, b);",
+    },
     "bodies.cuh": {
         r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':
             "r.bits = et_host_bf16(v);",
@@ -57,7 +60,7 @@ struct EtDim3 { unsigned x, y, z; };
 static thread_local EtDim3 threadIdx;
 static const EtDim3 blockDim = {256, 1, 1};
 static std::barrier<>* et_cta;
-struct EtWarp { std::barrier<> bar{32}; float v[32]; };
+struct EtWarp { std::barrier<> bar{32}; float v[32]; unsigned a[32][4], b[32][2]; };
 static EtWarp* et_warps;
 inline void __syncthreads() { et_cta->arrive_and_wait(); }
 inline float __shfl_xor_sync(unsigned mask, float v, int o) {
@@ -68,6 +71,36 @@ inline float __shfl_xor_sync(unsigned mask, float v, int o) {
     const float r = w.v[(threadIdx.x % 32) ^ o];
     w.bar.arrive_and_wait();
     return r;
+}
+inline float et_host_bf16_at(unsigned pair, int half) {  // element `half` of a bf16 pair
+    const unsigned u = half ? pair & 0xffff0000u : pair << 16;
+    float f; std::memcpy(&f, &u, 4);
+    return f;
+}
+// One m16n8k16 bf16 MMA of the warp (PTX fragment layout, see llm_dense.cuh et_mma_bf16):
+// the lanes deposit their fragments, each computes its 4 accumulators in float.
+inline void et_host_mma(float* d, const unsigned* a, const unsigned* b) {
+    EtWarp& w = et_warps[threadIdx.x / 32];
+    const int l = threadIdx.x % 32;
+    for (int i = 0; i < 4; ++i) w.a[l][i] = a[i];
+    for (int i = 0; i < 2; ++i) w.b[l][i] = b[i];
+    w.bar.arrive_and_wait();
+    float A[16][16], B[16][8];
+    for (int L = 0; L < 32; ++L) {
+        const int g = L / 4, q = L % 4;
+        for (int e = 0; e < 2; ++e) {
+            A[g][2 * q + e] = et_host_bf16_at(w.a[L][0], e);
+            A[g + 8][2 * q + e] = et_host_bf16_at(w.a[L][1], e);
+            A[g][2 * q + 8 + e] = et_host_bf16_at(w.a[L][2], e);
+            A[g + 8][2 * q + 8 + e] = et_host_bf16_at(w.a[L][3], e);
+            B[2 * q + e][g] = et_host_bf16_at(w.b[L][0], e);
+            B[2 * q + 8 + e][g] = et_host_bf16_at(w.b[L][1], e);
+        }
+    }
+    const int g = l / 4, q = l % 4;
+    for (int i = 0; i < 4; ++i)
+        for (int k = 0; k < 16; ++k) d[i] += A[g + 8 * (i >> 1)][k] * B[k][2 * q + (i & 1)];
+    w.bar.arrive_and_wait();
 }
 static std::mutex et_prefetch_mutex;
 static std::set<const void*> et_prefetched;

@@ -40,6 +40,9 @@ inline int __shfl_xor_sync(unsigned mask, int v, int o) {
 inline float rsqrtf(float v) { return 1.f / std::sqrt(v); }
 static bool et_host_staged = false;  // whether the case's tiles count as staged (shared)
 inline bool __isShared(const void*) { return et_host_staged; }
+static int et_host_mma_rows = 0;  // the case's ET_LINEAR_MMA (0: no tensor-core path)
+#define ET_LINEAR_MMA et_host_mma_rows
+#define ET_LINEAR_MMA_BUILT 1
 """
 
 
@@ -78,17 +81,18 @@ class Case:
     coords: dict = field(default_factory=dict)
     data: dict = field(default_factory=dict)
     staged: bool = False  # its tiles as if in shared memory (the stage ring)
+    mma: int = 0  # ET_LINEAR_MMA: the fewest rows the tensor-core path takes (0: none)
 
 
 def linear(n, k, c, wdt=B, x_lo=(0, 0), w_shape=None, w_lo=(0, 0), out=None, staged=False,
-           x_cols=3, **kw):
+           x_cols=3, mma=0, **kw):
     """linear_partial of x rows [n, k] (from x_lo of a [n + x_lo[0], k + x_lo[1] + x_cols]
     tensor) and w [c, k] (from w_lo of w_shape, with `staged` as if in shared memory); out
-    [n, c], or the Tile given."""
+    [n, c], or the Tile given; `mma`: the case's ET_LINEAR_MMA."""
     x = Tile((n + x_lo[0], k + x_lo[1] + x_cols), x_lo, (n, k), **kw)
     w = Tile(w_shape or (c + w_lo[0], k + w_lo[1]), w_lo, (c, k), wdt)
     return Case("linear_partial", {"x": x, "w": w}, {"out": out or Tile((n, c), (0, 0), (n, c))},
-                staged=staged)
+                staged=staged, mma=mma)
 
 
 def rows_case(kind, roles, n, cols, splits=(1, 1), lo=(0, 0), dtypes=(F, F), **data):
@@ -220,6 +224,16 @@ CASES = [
         (1, 2048, 16, {}), (1, 8192, 16, {}), (2, 2048, 24, {}), (1, 128, 256, {}),
         (2, 512, 70, {}), (1, 8, 5, {}), (1, 256, 300, {}), (2, 64, 33, {"wdt": F}),
         (1, 1024, 40, {"out": Tile((2, 3, 60), (1, 1, 4), (1, 1, 40))}))),
+    # linear_partial on tensor cores (et_linear_mma, from 8 rows; x rows 16-byte aligned:
+    # x_cols 4): 1, 2 and 4 row tiles of 16, clipped rows and column tiles, two blocks of 64
+    # rows, a split-K slice of x and w, a rank-3 out; below the threshold, bf16 x (not
+    # float) and k not a multiple of 32, the CUDA-core paths
+    *(linear(n, k, c, x_cols=4, mma=8, **kw) for n, k, c, kw in (
+        (16, 256, 64, {}), (8, 512, 40, {}), (17, 128, 24, {}), (64, 64, 200, {}),
+        (33, 96, 8, {}), (70, 32, 16, {}), (13, 64, 36, {"x_lo": (1, 64)}),
+        (16, 128, 72, {"w_shape": (100, 512), "w_lo": (8, 256)}),
+        (9, 32, 24, {"out": Tile((2, 10, 30), (1, 1, 4), (1, 9, 24))}),
+        (4, 128, 32, {}), (16, 64, 32, {"dtype": B}), (16, 48, 32, {}))),
     # linear_partial, lane groups (et_dot2): k not a multiple of 8, unaligned weight rows
     linear(5, 100, 48), linear(3, 64, 20, w_lo=(0, 4)), linear(2, 37, 16, F),
     linear(17, 30, 24, w_shape=(24, 31)),
@@ -396,6 +410,7 @@ def results(tmp_path_factory):
             names.append(f"t_{role}")
         call = ", ".join([*names, *case.args])
         lines += [f"    et_host_staged = {str(case.staged).lower()};",
+                  f"    et_host_mma_rows = {case.mma};",
                   f"    et_run_cta([&] {{ et_body_{case.kind}({call}); }});", "}"]
         blocks.append("\n".join(lines))
         cases.append((case, outs, expectations(case, vals)))
@@ -496,12 +511,14 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")
-@pytest.mark.parametrize("defines, spill", [([], 0), (["-DET_WEIGHTS_EVICT_FIRST=1"], 8)])
+@pytest.mark.parametrize("defines, spill", [([], 0), (["-DET_WEIGHTS_EVICT_FIRST=1"], 8),
+                                            (["-DET_LINEAR_MMA=8"], 0)])
 def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
     spills registers; with weights loaded evict-first (an opt-in knob), one 8-byte spill in
-    the one-row, 8-rows-per-thread pass. The streaming passes that fold an RMSNorm into x
-    (SCALED) and the norm_linear_partial bodies may spill up to 16 bytes."""
+    the one-row, 8-rows-per-thread pass; the tensor-core path (ET_LINEAR_MMA) spills
+    nothing. The streaming passes that fold an RMSNorm into x (SCALED) and the
+    norm_linear_partial bodies may spill up to 16 bytes."""
     src = tmp_path / "dense.cu"
     src.write_text(INSTANCES)
     res = subprocess.run([NVCC, "-arch=sm_90a", "-std=c++17", "--use_fast_math", *defines,

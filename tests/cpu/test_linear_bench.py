@@ -27,7 +27,10 @@ def bench():
 
 def test_configs_parse_and_name_bad_items(bench):
     assert bench.parse_config("rows=32, ring=196608") == {"rows": 32, "split": 1,
-                                                          "ring": 196608, "ctas": 1}
+                                                          "ring": 196608, "ctas": 1, "mma": 0}
+    assert bench.config_knobs(bench.parse_config("mma=8,ring=4096")) == {
+        "ET_STAGE_BYTES": 4096, "ET_LINEAR_MMA": 8}
+    assert bench.config_knobs(bench.parse_config("rows=32")) == {}
     with pytest.raises(SystemExit, match="'cols=4' is not one of rows=N, split=N"):
         bench.parse_config("cols=4")
     with pytest.raises(SystemExit, match="rows=24 must divide N=256"):

@@ -67,6 +67,17 @@ def test_tiny_fused_or_folded_norms_match_reference(name, norm):
                                                             f"{norm}=1,residual_tile=32"))
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_tiny_tensor_core_linears_match_reference(name):
+    """Every linear on tensor cores (ET_LINEAR_MMA=1; unsplit q/k/v, gate and up, so that
+    each K-slice is a multiple of 32)."""
+    from eventtensor.models.decode import tiles_with
+    from eventtensor.models.gpu_decode import gpu_tiles
+    _tiny_steps_match_reference(name, 8, 3, tiles=tiles_with(gpu_tiles(get_config(name), 4),
+                                                            "k_split=1,mlp_split=1"),
+                                knobs={"ET_LINEAR_MMA": 1})
+
+
 @pytest.mark.parametrize("ring", [3072, 5120, 65536])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
 def test_tiny_stage_ring_matches_reference(name, ring):

@@ -645,6 +645,122 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     }
 }
 
+// ------------------------------------------------------------------ tensor cores
+
+// The tensor-core path of linear_partial (knob ET_LINEAR_MMA: the fewest rows of x it takes,
+// 0: none), for bf16 weights and float x and out.
+#ifndef ET_LINEAR_MMA
+#define ET_LINEAR_MMA 0
+#endif
+#ifndef ET_LINEAR_MMA_BUILT  // whether the path is compiled (its host test sets both)
+#define ET_LINEAR_MMA_BUILT (ET_LINEAR_MMA > 0)
+#endif
+
+// d += A B for one m16n8k16 MMA of bf16 A [16, 16] (row-major) and B [16, 8] (column-major)
+// with float accumulators, the fragments laid out as the PTX ISA gives them: lane l = 4 g + q
+// holds A rows g and g + 8 at columns 2q, 2q + 1 (a[0], a[1]) and 2q + 8, 2q + 9 (a[2],
+// a[3]), B column g at rows 2q, 2q + 1 (b[0]) and 2q + 8, 2q + 9 (b[1]), and d rows g (d[0],
+// d[1]) and g + 8 (d[2], d[3]) at columns 2q, 2q + 1; the lower half of a register holds the
+// element of the lower index.
+__device__ __forceinline__ void et_mma_bf16(float (&d)[4], const unsigned (&a)[4],
+                                            const unsigned (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two floats as a bf16 pair (lo in the lower half).
+__device__ __forceinline__ unsigned et_bf16x2(float lo, float hi) {
+    return (unsigned)et_from_float<et_bf16>(lo).bits |
+           ((unsigned)et_from_float<et_bf16>(hi).bits << 16);
+}
+
+// Four floats v as bf16 pairs hi[0] = (v0, v1), hi[1] = (v2, v3) and the pairs of what they
+// leave, lo: v = hi + lo to about 16 bits of mantissa (an MMA on each keeps x near float).
+__device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
+                                              unsigned (&lo)[2]) {
+    const float f[4] = {v.x, v.y, v.z, v.w};
+    float r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = f[i] - et_to_float(et_from_float<et_bf16>(f[i]));
+    hi[0] = et_bf16x2(f[0], f[1]), hi[1] = et_bf16x2(f[2], f[3]);
+    lo[0] = et_bf16x2(r[0], r[1]), lo[1] = et_bf16x2(r[2], r[3]);
+}
+
+// linear_partial on tensor cores, rows <= 16 * MT of x: warp w takes the column tiles of 8
+// weight rows w, w + warps, ...; per block of 32 of k, lane l = 4 g + q loads the 16-byte
+// word of weight row g at k 8q .. 8q + 7 (a warp: 8 rows x 64 contiguous bytes) and runs two
+// MMAs per 16 rows of x, the first on the word's k 8q .. 8q + 3, the second on 8q + 4 ..
+// 8q + 7: the MMA's k index kk stands for the block's k 8q + 4h + 2 (kk / 8) + kk % 2 (q =
+// kk % 8 / 2) in both operands, so A's registers are the float4 of x rows g, g + 8 at k
+// 8q + 4h, split into bf16 hi and lo parts (two MMAs each). Accumulators in float; k a
+// multiple of 32, x rows 16-byte aligned with unit column stride, w's rows whole words.
+template <int MT, typename O>
+__device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* out,
+                                           EtLinear g) {
+    constexpr bool HINT = ET_WEIGHTS_EVICT_FIRST;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
+    const float4 zero = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+    for (int j0 = 8 * warp; j0 < g.cols; j0 += 8 * warps) {
+        float acc[MT][4] = {};
+        const int j = j0 + gr;
+        const et_bf16* wr = w + (long long)j * g.wr + 8 * q;
+#pragma unroll 1
+        for (int kb = 0; kb < g.k; kb += 32) {
+            const EtWord16 wv = j < g.cols ? et_load_weight_word<HINT>(wr + kb) : EtWord16{};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const unsigned b[2] = {wv.u[2 * h], wv.u[2 * h + 1]};
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const int r = 16 * mt + gr, k0 = kb + 8 * q + 4 * h;
+                    const float4 x0 = r < g.rows ? et_load4(x + r * g.xr + k0) : zero;
+                    const float4 x1 = r + 8 < g.rows ? et_load4(x + (r + 8) * g.xr + k0) : zero;
+                    unsigned hi0[2], lo0[2], hi1[2], lo1[2];
+                    et_split_bf16(x0, hi0, lo0);
+                    et_split_bf16(x1, hi1, lo1);
+                    const unsigned ah[4] = {hi0[0], hi1[0], hi0[1], hi1[1]};
+                    const unsigned al[4] = {lo0[0], lo1[0], lo0[1], lo1[1]};
+                    et_mma_bf16(acc[mt], ah, b);
+                    et_mma_bf16(acc[mt], al, b);
+                }
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = 16 * mt + gr + 8 * (i >> 1), c = j0 + 2 * q + (i & 1);
+                if (r < g.rows && c < g.cols)
+                    out[r * g.dr + c * g.dc] = et_from_float<O>(acc[mt][i]);
+            }
+    }
+}
+
+template <typename A, typename B>
+struct EtSame {
+    static constexpr bool value = false;
+};
+template <typename A>
+struct EtSame<A, A> {
+    static constexpr bool value = true;
+};
+
+// Whether et_linear_mma takes a linear_partial of x (float), w (bf16) and g: at least
+// ET_LINEAR_MMA rows, k a multiple of 32, x rows of aligned float4 runs.
+template <typename X, typename W>
+__device__ __forceinline__ bool et_mma_ok(const X* x, const W*, const EtLinear& g) {
+    if constexpr (!EtSame<X, float>::value || !EtSame<W, et_bf16>::value) {
+        return false;
+    } else {
+        return ET_LINEAR_MMA > 0 && g.rows >= ET_LINEAR_MMA && g.k % 32 == 0 && g.xk == 1 &&
+               g.xr % 4 == 0 && reinterpret_cast<unsigned long long>(x) % 16 == 0;
+    }
+}
+
 // The rows of x in blocks of at most 16, each through et_linear_words with NB the block's
 // rows rounded up to a power of two (so n <= 16 streams the weights once; more rows stream
 // them again per block, then mostly from L2). R = 4 rows per thread; 16 loads per thread in
@@ -659,6 +775,20 @@ template <bool SCALED = false, typename X, typename W, typename O>
 __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
     constexpr int V = 16 / sizeof(W);
     const int rows = g.rows;
+    if constexpr (!SCALED && ET_LINEAR_MMA_BUILT)
+        if (et_mma_ok(x, w, g)) {
+#pragma unroll 1
+            for (int r0 = 0; r0 < rows; r0 += 64) {
+                EtLinear b = g;
+                b.rows = rows - r0 < 64 ? rows - r0 : 64;
+                const float* xb = reinterpret_cast<const float*>(x) + r0 * g.xr;
+                const et_bf16* wb = reinterpret_cast<const et_bf16*>(w);
+                if (b.rows <= 16) et_linear_mma<1>(xb, wb, out + r0 * g.dr, b);
+                else if (b.rows <= 32) et_linear_mma<2>(xb, wb, out + r0 * g.dr, b);
+                else et_linear_mma<4>(xb, wb, out + r0 * g.dr, b);
+            }
+            return;
+        }
     for (int r0 = 0; r0 < rows; r0 += 16) {
         EtLinear b = g;
         b.rows = rows - r0 < 16 ? rows - r0 : 16;
