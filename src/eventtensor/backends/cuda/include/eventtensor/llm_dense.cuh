@@ -916,32 +916,42 @@ __device__ __forceinline__ void et_linear_cells(const EtTileT<X>& x, const EtTil
     }
 }
 
+// linear_partial for tiles that the streaming and staged paths do not take: et_dot2 (a lane
+// group per cell) for plain ones (`plain`, with g), else one thread per cell. Out of line:
+// one copy per tile types for every grid case (the decode step's tiles never come here).
+template <typename X, typename W, typename O>
+__device__ __noinline__ void et_linear_rest(const EtTileT<X> x, const EtTileT<W> w,
+                                            const EtTileT<O> out, bool plain, EtLinear g) {
+    if (plain) {
+        const EtDot2 d = {g.rows, g.cols, g.k, g.xr, 0, g.xk, 0, g.wr, (int)w.s[1], g.dr, g.dc};
+        return et_dot2<1>(x.p, w.p, out.p, d);
+    }
+    et_linear_cells(x, w, out, [](int) { return 1.f; }, [](int) { return 1.f; });
+}
+
 // linear_partial: out[.., r, j] = sum_t x[r, t] * w[j, t] for x [n, k], w [c, k] (HF layout,
 // [out, in]) and out [n, c] or [1, n, c]. Plain tiles whose w rows are runs of aligned
 // 16-byte words: et_linear_staged for w in shared memory (staged) and n <= 2, else
-// et_linear_blocks; other plain tiles: et_dot2 (a lane group per cell); any other tile: one
-// thread per cell.
+// et_linear_blocks (tensor cores or the streaming path); any other tile: et_linear_rest.
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, const EtTileT<W>& w,
                                                        const EtTileT<O>& out) {
     const int rows = (int)x.n[0], cols = (int)w.n[0], k = (int)x.n[1];
-    if (x.rank == 2 && w.rank == 2 && out.rank >= 2 && et_plain(x) && et_plain(w) &&
-        et_plain(out)) {
-        const EtLinear g = {rows, cols, k, (int)x.s[0], (int)x.s[1], (int)w.s[0],
-                            et_back_s(out, 1), et_back_s(out, 0)};
-        constexpr int V = 16 / sizeof(W);
-        const bool words = w.s[1] == 1 && k % V == 0 && g.wr % V == 0 &&
-                           reinterpret_cast<unsigned long long>(w.p) % 16 == 0;
+    const bool plain = x.rank == 2 && w.rank == 2 && out.rank >= 2 && et_plain(x) &&
+                       et_plain(w) && et_plain(out);
+    const EtLinear g = {rows, cols, k, (int)x.s[0], (int)x.s[1], (int)w.s[0],
+                        et_back_s(out, 1), et_back_s(out, 0)};
+    constexpr int V = 16 / sizeof(W);
+    if (plain && w.s[1] == 1 && k % V == 0 && g.wr % V == 0 &&
+        reinterpret_cast<unsigned long long>(w.p) % 16 == 0) {
         if constexpr (ET_LINEAR_STAGED)
-            if (words && rows <= 2 && __isShared(w.p) && g.xk == 1 && g.xr % 4 == 0 &&
+            if (rows <= 2 && __isShared(w.p) && g.xk == 1 && g.xr % 4 == 0 &&
                 reinterpret_cast<unsigned long long>(x.p) % 16 == 0)
                 return rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
                                  : et_linear_staged<2>(x.p, w.p, out.p, g);
-        if (words) return et_linear_blocks(x.p, w.p, out.p, g);
-        const EtDot2 d = {rows, cols, k, g.xr, 0, g.xk, 0, g.wr, (int)w.s[1], g.dr, g.dc};
-        return et_dot2<1>(x.p, w.p, out.p, d);
+        return et_linear_blocks(x.p, w.p, out.p, g);
     }
-    et_linear_cells(x, w, out, [](int) { return 1.f; }, [](int) { return 1.f; });
+    et_linear_rest(x, w, out, plain, g);
 }
 
 // norm_linear_partial: linear_partial of x [n, k] scaled per row by 1 / sqrt(sum(ss[r, :]) /
