@@ -176,7 +176,7 @@ def _hf_model(cfg, weights):
 
 
 @pytest.mark.parametrize("name, batches", [("llama-3.2-1b", (1, 3, 16, 64)),
-                                           ("qwen3-8b", (1, 16))])
+                                           ("qwen3-8b", (1, 3, 16, 64))])
 def test_real_size_matches_transformers(name, batches):
     """Real shapes with random weights: for each batch size, 32 greedy steps per request
     from different prompts; transformers (float32, same weights) rerun on every request's

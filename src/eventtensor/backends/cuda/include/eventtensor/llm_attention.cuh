@@ -79,6 +79,23 @@ __device__ __forceinline__ void et_rope_load(const EtTileT<T>& p, int r, int c0,
     }
 }
 
+// Tile a if `first`, else b, field by field (a choice between the tiles themselves would put
+// them in local memory).
+template <typename T>
+__device__ __forceinline__ EtTileT<T> et_pick(bool first, const EtTileT<T>& a,
+                                              const EtTileT<T>& b) {
+    EtTileT<T> t;
+    t.p = first ? a.p : b.p;
+    t.rank = first ? a.rank : b.rank;
+#pragma unroll
+    for (int d = 0; d < 4; ++d) {
+        t.n[d] = first ? a.n[d] : b.n[d];
+        t.s[d] = first ? a.s[d] : b.s[d];
+        t.idx[d] = first ? a.idx[d] : b.idx[d];
+    }
+    return t;
+}
+
 // Row r, columns c0 + i and c0 + i + half of out [n, cols] set to y1[t], y2[t].
 template <typename O>
 __device__ __forceinline__ void et_rope_store(const EtTileT<O>& out, int r, int c0, int l,
@@ -124,9 +141,9 @@ __device__ __forceinline__ void et_body_qk_norm_rope(
         const bool live = u < units;  // else a group of the warp past the last unit
         const int r = live ? u / heads : 0, j = live ? u - r * heads : heads;
         float x1[ET_ROPE_PAIRS], x2[ET_ROPE_PAIRS];
-        if (j < G) et_rope_load(q, r, j * D, l, lanes, half, x1, x2);
-        else if (j == G) et_rope_load(k, r, 0, l, lanes, half, x1, x2);
-        else et_rope_load(v, r, 0, l, lanes, live ? half : 0, x1, x2);
+        // one load site for the three tiles (the body's code is fetched cold each layer)
+        et_rope_load(et_pick(j < G, q, et_pick(j == G, k, v)), r, j < G ? j * D : 0, l, lanes,
+                     j <= G || live ? half : 0, x1, x2);
         float ss = 0.f;
 #pragma unroll
         for (int t = 0; t < ET_ROPE_PAIRS; ++t) ss += x1[t] * x1[t] + x2[t] * x2[t];
