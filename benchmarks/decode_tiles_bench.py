@@ -68,7 +68,8 @@ def measure(session, batch: int, context: int, iters: int, time_ms):
     step = time_ms(lambda: kernel.relaunch(st), iters, warmup=3)
     prof = kernel.launch({"B": batch}, session.feed(batch), profile=True)
     kernel.sync(prof)
-    return step, kind_summary(profile_tasks(kernel, prof)), logits, picks
+    kinds = kind_summary(profile_tasks(kernel.program, prof.tables.bound, kernel.profile(prof)))
+    return step, kinds, logits, picks
 
 
 def agreement(logits, picks, first) -> dict:

@@ -58,13 +58,18 @@ def kind_summary(tasks: list[tuple[str, float, float]]) -> list[dict]:
     return sorted(out, key=lambda r: -r["body_us"])
 
 
-def profile_tasks(kernel, st) -> list[tuple[str, float, float]]:
-    """(kind, body µs, notified µs from the first fetch) of every task a profiled launch ran:
-    the body from its waits satisfied to the CTA barrier after it (a trace span runs on to
-    the task's notifies, which static mode may hold back past the next tasks)."""
-    b, prof = st.tables.bound, kernel.profile(st)
-    t0 = prof.tasks[prof.ran, 0].min() if prof.ran.size else 0
-    kinds = [kernel.program.grids[g].kind for g in b.task_grid]
+def first_fetch(prof) -> int:
+    """The earliest fetch stamp (ns) of a profiled launch's tasks (`Megakernel.profile`)."""
+    return prof.tasks[prof.ran, 0].min() if prof.ran.size else 0
+
+
+def profile_tasks(program, bound, prof) -> list[tuple[str, float, float]]:
+    """(kind, body µs, notified µs from the first fetch) of every task a profiled launch of
+    `program` at binding `bound` ran (`prof`: its `Megakernel.profile`): the body from its
+    waits satisfied to the CTA barrier after it (a trace span runs on to the task's
+    notifies, which static mode may hold back past the next tasks)."""
+    t0 = first_fetch(prof)
+    kinds = [program.grids[g].kind for g in bound.task_grid]
     return [(kinds[t], (prof.tasks[t, 3] - prof.tasks[t, 1]) / 1e3,
              (prof.tasks[t, 5] - t0) / 1e3) for t in prof.ran]
 
@@ -138,12 +143,11 @@ def layer_stages(tasks: list[tuple[str, float, float, float, float]], layer: int
     return out
 
 
-def stage_rows(kernel, st) -> list[tuple[str, float, float, float, float]]:
+def stage_rows(program, bound, prof) -> list[tuple[str, float, float, float, float]]:
     """(grid, body start, body end, setup, publish) in µs (the first two from the first
-    fetch) of every task a profiled launch ran (see layer_stages)."""
-    b, prof = st.tables.bound, kernel.profile(st)
-    t0 = prof.tasks[prof.ran, 0].min() if prof.ran.size else 0
-    names = [kernel.program.grids[g].name for g in b.task_grid]
+    fetch) of every task a profiled launch ran (as `profile_tasks`; see layer_stages)."""
+    t0 = first_fetch(prof)
+    names = [program.grids[g].name for g in bound.task_grid]
     tk = prof.tasks.astype(np.int64)
     return [(names[t], (tk[t, 1] - t0) / 1e3, (tk[t, 3] - t0) / 1e3,
              max(0, int(prof.entered[t]) - int(tk[t, 1])) / 1e3,
@@ -244,13 +248,16 @@ def main(argv: list[str] | None = None) -> int:
         profiled = time_ms(lambda prof=prof: kernel.relaunch(prof), args.iters, warmup=3)
         trace = kernel.trace(prof, f"{args.model} decode step, B={b}, context {args.context}, "
                                    f"{args.mode}")
+        stamps, program, bound = kernel.profile(prof), kernel.program, prof.tables.bound
         results.append({"batch": b, "step_ms": plain, "profiled_ms": profiled,
                         "makespan_us": trace.makespan_us, "busy": trace.busy_fraction(),
-                        "ctas": trace.num_sms, "kinds": kind_summary(profile_tasks(kernel, prof)),
+                        "ctas": trace.num_sms,
+                        "kinds": kind_summary(profile_tasks(program, bound, stamps)),
                         "layer_index": cfg.num_layers // 2,
-                        "layer": layer_stages(stage_rows(kernel, prof), cfg.num_layers // 2),
-                        "stalls": stall_summary(prof.tables, kernel.profile(prof), [
-                            kernel.program.grids[g].kind for g in prof.tables.bound.task_grid])})
+                        "layer": layer_stages(stage_rows(program, bound, stamps),
+                                              cfg.num_layers // 2),
+                        "stalls": stall_summary(prof.tables, stamps, [
+                            program.grids[g].kind for g in bound.task_grid])})
         print(f"[decode_trace] B={b}: {plain:.3f} ms ({profiled:.3f} ms profiled), "
               f"makespan {trace.makespan_us:.1f} us", file=sys.stderr, flush=True)
         traces.append((b, trace))

@@ -216,6 +216,19 @@ class _Decode:
         pb.grid(name, kind, "mns", (self.mb, n_cols, split), reads=reads,
                 writes={out: f"s, {rows}, {cols}"}, params=params)
 
+    def normed(self, name: str, x: str, w: str, h: str | None, out: str,
+               has_sumsq: bool) -> tuple[str, tuple[str, str] | None]:
+        """The input of the projections after norm `w` of stream x: (x, the fold for
+        `linear`) when they apply it themselves (`fold_norm`, the residual add before wrote
+        x's sums of squares: `has_sumsq`), else h (a fused residual wrote it) or `out`, the
+        output of a new norm grid `name`."""
+        if self.t.fold_norm and has_sumsq:
+            return x, (x + "_ss", w)
+        if h is None:
+            h = out
+            self.norm(name, x, w, out)
+        return h, None
+
     def norm(self, name: str, x: str, w: str, out: str) -> None:
         """RMSNorm grid over tiles of `norm_rows` rows."""
         rows = self.norm_span
@@ -277,12 +290,8 @@ class _Decode:
         cfg, pb, t, rows, B = self.cfg, self.pb, self.t, self.rows, self.B
         K, D, G, E = cfg.num_kv_heads, cfg.head_dim, cfg.group_size, cfg.hidden_size
         GD, p = G * D, f"l{i}_"
-        fold = (x + "_ss", self.w(i, "input_layernorm")) if t.fold_norm and i > 0 else None
-        if fold:
-            h = x  # the projections normalise it
-        elif h is None:
-            h = p + "h"
-            self.norm(p + "attn_norm", x, self.w(i, "input_layernorm"), h)
+        h, fold = self.normed(p + "attn_norm", x, self.w(i, "input_layernorm"), h, p + "h",
+                              has_sumsq=i > 0)
         for proj, width in (("q", GD), ("k", D), ("v", D)):
             tile = t.proj_tile or width
             self.linear(p + f"{proj}_proj", h, self.w(i, f"self_attn.{proj}_proj"),
@@ -358,12 +367,8 @@ class _Decode:
         norm (the final norm after the last layer)."""
         cfg, pb, t, rows = self.cfg, self.pb, self.t, self.rows
         E, F, p = cfg.hidden_size, cfg.intermediate_size, f"l{i}_"
-        fold = (x + "_ss", self.w(i, "post_attention_layernorm")) if t.fold_norm else None
-        if fold:
-            h2 = x
-        elif h2 is None:
-            h2 = p + "h2"
-            self.norm(p + "mlp_norm", x, self.w(i, "post_attention_layernorm"), h2)
+        h2, fold = self.normed(p + "mlp_norm", x, self.w(i, "post_attention_layernorm"), h2,
+                               p + "h2", has_sumsq=True)
         n_f = -(-F // t.ffn_tile)
         for proj in ("gate", "up"):
             self.linear(p + f"{proj}_proj", h2, self.w(i, f"mlp.{proj}_proj"),

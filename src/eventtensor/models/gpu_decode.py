@@ -52,7 +52,7 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # prefetches in flight delay the release fence of every small task on the step's critical
 # path) and weights loaded evict-first (the kernel's code, activations and KV rows stay in
 # L2). Llama-3.2-1B, context 512: 2.865 to 2.246 ms at B = 1, 8.165 to 8.143 ms at B = 16
-# (benchmarks/results/decode_prefetch.md).
+# (benchmarks/results/prefetch/decode_prefetch.md).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1}
 
 

@@ -225,11 +225,17 @@ def _add_flops(reads, writes, params) -> int:
     return _size(reads[params["parts"]])
 
 
+def _residual(ctx: TaskContext, out: str) -> np.ndarray:
+    """Output tile `out` of a residual add: rows x (params x) plus the partials (params
+    parts), as stored (its dtype)."""
+    return _put(ctx, out, _role(ctx, "x") + _partials(ctx, "parts"))
+
+
 @task_kind("residual_add", _add_flops)
 def residual_add(ctx: TaskContext) -> Out:
     """Residual add: rows x [n, c] (params x) plus the partials [S, n, c] (params parts)."""
     out = _single_out(ctx)
-    return {out: _put(ctx, out, _role(ctx, "x") + _partials(ctx, "parts"))}
+    return {out: _residual(ctx, out)}
 
 
 @task_kind("residual_add_sumsq", _add_flops)
@@ -240,7 +246,7 @@ def residual_add_sumsq(ctx: TaskContext) -> Out:
     are the tiles of the tensors params out and ss."""
     p = ctx.params
     out, ss = str(p["out"]), str(p["ss"])
-    summed = _put(ctx, out, _role(ctx, "x") + _partials(ctx, "parts"))
+    summed = _residual(ctx, out)
     rows = np.asarray(summed, np.float64).reshape(ctx.out_shapes[ss][0], -1)
     return {out: summed, ss: _put(ctx, ss, (rows * rows).sum(axis=-1))}
 
@@ -255,11 +261,10 @@ def residual_rms_norm(ctx: TaskContext) -> Out:
     partials [S, n, E] (params parts), and h = RMSNorm(out) with weight [E] (params w, eps);
     out and h are the tiles of the tensors params out and h."""
     p = ctx.params
-    total = _role(ctx, "x") + _partials(ctx, "parts")
     out, h = str(p["out"]), str(p["h"])
-    summed = _put(ctx, out, total)  # the norm reads the sum as stored (its dtype)
-    y = _rms(np.asarray(summed, np.float64).reshape(total.shape), _role(ctx, "w").reshape(-1),
-             float(p["eps"]))
+    summed = _residual(ctx, out)  # the norm reads the sum as stored
+    y = _rms(np.asarray(summed, np.float64).reshape(ctx.out_shapes[h]),
+             _role(ctx, "w").reshape(-1), float(p["eps"]))
     return {out: summed, h: _put(ctx, h, y)}
 
 

@@ -35,6 +35,7 @@ def derive_events(p: Program) -> Program:
     events = list(p.events)
     declared = list(p.edges)
     edges = list(p.edges)
+    waits = set(edges)  # (one wait per tensor C reads from P, none twice)
     names = {e.name for e in events}
     bindings = sample_bindings(p)
     for c in p.grids:
@@ -53,7 +54,8 @@ def derive_events(p: Program) -> Program:
                     events.append(ev)
                     edges.append(Edge(prod.name, ev.name, "notify", notify))
                 edge = Edge(c.name, ev.name, "wait", wait)
-                if edge not in edges:  # (each tensor read from the producer has its wait)
+                if edge not in waits:
+                    waits.add(edge)
                     edges.append(edge)
     return p.replace(events=tuple(events), edges=tuple(edges))
 

@@ -929,6 +929,33 @@ __device__ __noinline__ void et_linear_rest(const EtTileT<X> x, const EtTileT<W>
     et_linear_cells(x, w, out, [](int) { return 1.f; }, [](int) { return 1.f; });
 }
 
+// Whether x, w and out are plain tiles of a linear_partial's layout (x [n, k], w [c, k], out
+// [.., n, c]).
+template <typename X, typename W, typename O>
+__device__ __forceinline__ bool et_linear_plain(const EtTileT<X>& x, const EtTileT<W>& w,
+                                                const EtTileT<O>& out) {
+    return x.rank == 2 && w.rank == 2 && out.rank >= 2 && et_plain(x) && et_plain(w) &&
+           et_plain(out);
+}
+
+// Whether they are, with w's rows runs of aligned 16-byte words: the streaming, staged and
+// tensor-core paths (with g their EtLinear).
+template <typename X, typename W, typename O>
+__device__ __forceinline__ bool et_linear_words_ok(const EtTileT<X>& x, const EtTileT<W>& w,
+                                                   const EtTileT<O>& out, const EtLinear& g) {
+    constexpr int V = 16 / sizeof(W);
+    return et_linear_plain(x, w, out) && w.s[1] == 1 && g.k % V == 0 && g.wr % V == 0 &&
+           reinterpret_cast<unsigned long long>(w.p) % 16 == 0;
+}
+
+// The EtLinear of a linear_partial's tiles (meaningful where they are plain).
+template <typename X, typename W, typename O>
+__device__ __forceinline__ EtLinear et_linear_of(const EtTileT<X>& x, const EtTileT<W>& w,
+                                                 const EtTileT<O>& out) {
+    return {(int)x.n[0], (int)w.n[0], (int)x.n[1], (int)x.s[0], (int)x.s[1], (int)w.s[0],
+            et_back_s(out, 1), et_back_s(out, 0), 0};
+}
+
 // linear_partial: out[.., r, j] = sum_t x[r, t] * w[j, t] for x [n, k], w [c, k] (HF layout,
 // [out, in]) and out [n, c] or [1, n, c]. Plain tiles whose w rows are runs of aligned
 // 16-byte words: et_linear_staged for w in shared memory (staged) and n <= 2, else
@@ -936,22 +963,16 @@ __device__ __noinline__ void et_linear_rest(const EtTileT<X> x, const EtTileT<W>
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, const EtTileT<W>& w,
                                                        const EtTileT<O>& out) {
-    const int rows = (int)x.n[0], cols = (int)w.n[0], k = (int)x.n[1];
-    const bool plain = x.rank == 2 && w.rank == 2 && out.rank >= 2 && et_plain(x) &&
-                       et_plain(w) && et_plain(out);
-    const EtLinear g = {rows, cols, k, (int)x.s[0], (int)x.s[1], (int)w.s[0],
-                        et_back_s(out, 1), et_back_s(out, 0)};
-    constexpr int V = 16 / sizeof(W);
-    if (plain && w.s[1] == 1 && k % V == 0 && g.wr % V == 0 &&
-        reinterpret_cast<unsigned long long>(w.p) % 16 == 0) {
+    const EtLinear g = et_linear_of(x, w, out);
+    if (et_linear_words_ok(x, w, out, g)) {
         if constexpr (ET_LINEAR_STAGED)
-            if (rows <= 2 && __isShared(w.p) && g.xk == 1 && g.xr % 4 == 0 &&
+            if (g.rows <= 2 && __isShared(w.p) && g.xk == 1 && g.xr % 4 == 0 &&
                 reinterpret_cast<unsigned long long>(x.p) % 16 == 0)
-                return rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
-                                 : et_linear_staged<2>(x.p, w.p, out.p, g);
+                return g.rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
+                                   : et_linear_staged<2>(x.p, w.p, out.p, g);
         return et_linear_blocks(x.p, w.p, out.p, g);
     }
-    et_linear_rest(x, w, out, plain, g);
+    et_linear_rest(x, w, out, et_linear_plain(x, w, out), g);
 }
 
 // norm_linear_partial: linear_partial of x [n, k] scaled per row by 1 / sqrt(sum(ss[r, :]) /
@@ -967,7 +988,7 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
                                                             const EtTileT<W>& w,
                                                             const EtTileT<O>& out, float eps,
                                                             int cols) {
-    const int rows = (int)x.n[0], c = (int)w.n[0], k = (int)x.n[1], T = et_cols(ss);
+    const int rows = (int)x.n[0], k = (int)x.n[1], T = et_cols(ss);
     auto row_scale = [&](int r) {
         float t = 0.f;
 #pragma unroll 1
@@ -975,11 +996,9 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
         return rsqrtf(t / (float)cols + eps);
     };
     auto col_scale = [&](int t) { return et_to_float(nw.p[et_lrc_off(nw, 0, 0, t)]); };
-    constexpr int V = 16 / sizeof(W);
-    if (x.rank == 2 && w.rank == 2 && out.rank >= 2 && et_plain(x) && et_plain(w) &&
-        et_plain(out) && rows <= ET_NORM_ROWS && k <= ET_SCRATCH_FLOATS - ET_NORM_ROWS &&
-        w.s[1] == 1 && k % V == 0 && (int)w.s[0] % V == 0 &&
-        reinterpret_cast<unsigned long long>(w.p) % 16 == 0) {
+    const EtLinear g = et_linear_of(x, w, out);
+    if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS &&
+        k <= ET_SCRATCH_FLOATS - ET_NORM_ROWS) {
         float* sc = et_norm_scales();
 #pragma unroll 1
         for (int r = (int)threadIdx.x; r < rows; r += (int)blockDim.x) sc[r] = row_scale(r);
@@ -987,8 +1006,6 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
         for (int t = (int)threadIdx.x; t < k; t += (int)blockDim.x)
             sc[ET_NORM_ROWS + t] = col_scale(t);
         __syncthreads();
-        const EtLinear g = {rows, c, k, (int)x.s[0], (int)x.s[1], (int)w.s[0],
-                            et_back_s(out, 1), et_back_s(out, 0), 0};
         return et_linear_blocks<true>(x.p, w.p, out.p, g);
     }
     et_linear_cells(x, w, out, row_scale, col_scale);

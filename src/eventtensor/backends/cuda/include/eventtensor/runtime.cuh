@@ -511,6 +511,10 @@ static_assert(ET_PREFETCH_BYTES == 0 || ET_STAGE_BYTES == 0,
               "the prefetch window and the stage ring exclude each other");
 // Threads me, me + step, ...: the input tiles of `task` into L2; returns their bytes.
 __device__ int et_prefetch_task(const long long* A, const EtTask& task, int me, int step);
+// Warps 1 .. of the CTA (warp 0's thread 0 waits and notifies meanwhile): et_prefetch_task.
+__device__ __forceinline__ int et_prefetch_by_warps(const long long* A, const EtTask& task) {
+    return et_prefetch_task(A, task, (int)threadIdx.x - 32, (int)blockDim.x - 32);
+}
 // The tiles of the task holding stage ring slot `slot` (null: a tile left to L2).
 __device__ void* const* et_ring_tiles(int slot);
 // Every thread: wait until the tiles of ring slot `slot` (phase parity `parity`) landed.
@@ -533,10 +537,9 @@ __device__ __forceinline__ bool et_thread0_task(int g) {
 __device__ __forceinline__ void et_prefetch_tasks(const long long* A, const EtTask& task,
                                                   bool waits, const EtTask& next) {
     if (ET_STAGE_BYTES > 0 || ET_PREFETCH_BYTES > 0 || threadIdx.x < 32) return;
-    const int me = (int)threadIdx.x - 32, step = (int)blockDim.x - 32;
-    if (ET_PREFETCH_OWN && waits && et_has_stage(task.a.x)) et_prefetch_task(A, task, me, step);
+    if (ET_PREFETCH_OWN && waits && et_has_stage(task.a.x)) et_prefetch_by_warps(A, task);
     if (ET_PREFETCH_NEXT && next.id >= 0 && et_has_stage(next.a.x))
-        et_prefetch_task(A, next, me, step);
+        et_prefetch_by_warps(A, next);
 }
 
 // Whether `next` (its table waits: `next_waits`, `num_next_waits`), the static task a CTA runs
@@ -765,9 +768,7 @@ __device__ __forceinline__ void et_prefetch_window(const long long* A, const EtC
         t.id = ch.id[pf];
         t.a = ch.rec[2 * pf];
         t.b = ch.rec[2 * pf + 1];
-        bytes[pf] = et_has_stage(t.a.x)
-                        ? et_prefetch_task(A, t, (int)threadIdx.x - 32, (int)blockDim.x - 32)
-                        : 0;
+        bytes[pf] = et_has_stage(t.a.x) ? et_prefetch_by_warps(A, t) : 0;
         ahead += bytes[pf++];
     }
 }
