@@ -661,11 +661,12 @@ def git_commit() -> str:
 
 
 def run_meta(script: str, argv: list[str] | None, **fields: Any) -> dict[str, Any]:
-    """`fields` and what every benchmark run records: the date, the commit, the GPU and the
-    command (benchmarks/`script` and its arguments, quoted where they need it)."""
+    """`fields` and what every benchmark run records: the date, the commit, the GPU ("no
+    GPU" on a host without one) and the command (benchmarks/`script` and its arguments,
+    quoted where they need it)."""
     args = argv if argv is not None else sys.argv[1:]
     return {**fields, "date": time.strftime("%Y-%m-%d"), "commit": git_commit(),
-            "gpu": torch.cuda.get_device_name(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
             "command": f"python3 benchmarks/{script} " + " ".join(map(shlex.quote, args))}
 
 
