@@ -172,9 +172,11 @@ def grid_elements(b: Bound, edge: Edge) -> tuple[np.ndarray, np.ndarray]:
 def _pairs_csr(n: int, pairs: list[tuple[np.ndarray, np.ndarray]], unique: bool):
     tasks = np.concatenate([p[0] for p in pairs]) if pairs else np.zeros(0, np.int64)
     elems = np.concatenate([p[1] for p in pairs]) if pairs else np.zeros(0, np.int64)
-    if unique and tasks.size:
-        key = np.unique(np.stack([tasks, elems], axis=1), axis=0)
-        tasks, elems = key[:, 0], key[:, 1]
+    if unique and tasks.size:  # distinct (task, element) pairs, by task then element
+        span = int(elems.max()) + 1
+        key = np.sort(tasks.astype(np.int64) * span + elems, kind="stable")  # sorted runs
+        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+        tasks, elems = key // span, key % span
     else:
         order = np.argsort(tasks, kind="stable")
         tasks, elems = tasks[order], elems[order]

@@ -46,7 +46,7 @@ def test_example_kernels_compile_for_sm90a(name, mode):
     if name == "toy_moe":  # data-dependent notify, wait, trigger and runtime counts
         assert "// notify expert_ready[t->topk_ids[t, :]]" in src
         assert "// trigger expert_ready -> k->exp_indptr[k]:exp_indptr[k + 1]" in src
-        assert "// expert_ready: k->expert_counts[k]" in src
+        assert "//   expert_ready: k->expert_counts[k]" in src
     if mode == "hybrid":  # the device queue's counter protocol, static queue nesting pops
         assert "#define ET_ARMED_COUNTS 1" in src and ", et_run_hybrid, 1)" in src
         if name == "toy_moe":  # the trigger range releases the grid only while it is dynamic
@@ -213,6 +213,19 @@ def test_codegen_error_names_what_the_gpu_does_not_run():
     with pytest.raises(UnsupportedOnGpu, match="scheduling mode 'auto' is not supported by "
                                                "the CUDA backend"):
         generate(run_pipeline(EXAMPLES["splitk_rowsum"].build()), "auto")
+
+
+def test_int64_count_tensor_is_refused():
+    """The device reads data-dependent indices and counts as int32."""
+    pb = ProgramBuilder("int64_counts")
+    pb.input("counts", (4,), "int64")
+    pb.event("E", (4,), wait_count="k->counts[k]")
+    pb.grid("g", "nop", "t", (4,), notify={"E": "t->t"})
+    pb.grid("c", "nop", "k", (4,), wait={"E": "k->k"})
+    with pytest.raises(UnsupportedOnGpu, match=r"map load counts\[k\] reads tensor 'counts' "
+                                               r"of dtype int64; on the GPU, index and count "
+                                               r"tensors must be int32"):
+        generate(prepare(pb.build(), "static"), "static")
 
 
 def test_trigger_source_complete_from_the_start_is_refused():

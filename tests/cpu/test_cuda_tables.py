@@ -4,11 +4,13 @@ notify records."""
 import numpy as np
 import pytest
 
+from eventtensor.backends.cuda.codegen import COUNT_FLAT_BITS
 from eventtensor.backends.cuda.runtime import (
     CHUNK,
     CHUNK_NOTIFIES,
     CHUNK_WAITS,
     SLAB_WORDS,
+    _device_targets,
     _notify_records,
     _static_streams,
     _task_records,
@@ -89,3 +91,42 @@ def test_first_chunk_slab_holds_as_many_waits_as_fit():
     np.testing.assert_array_equal(waits, s["stream_wait"][:CHUNK_WAITS])
     first = s["stream_rec"][lo:lo + CHUNK]
     assert first[-1, 2] - first[0, 1] > CHUNK_WAITS  # the chunk's waits do not all fit
+
+
+def _decode_program():
+    from eventtensor.models.config import get_config
+    from eventtensor.models.decode import build_decode_program
+    from eventtensor.models.gpu_decode import gpu_tiles
+    cfg = get_config("tiny-llama")
+    return build_decode_program(cfg, 8, 256, gpu_tiles(cfg, 8), max_tokens=8,
+                                weight_dtype="bfloat16", cache_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("build, env", [(lambda: EXAMPLES["toy_moe"].build(), {"T": 13}),
+                                        (_decode_program, {"B": 5})])
+def test_device_targets_locate_every_runtime_count(build, env):
+    """ET_TARGET holds each runtime-read count's place (tensor << COUNT_FLAT_BITS | offset):
+    with distinct values in every count tensor, the value at that place is the one the
+    event's count load reads at the element's coordinates (`Load.values`), and every other
+    element keeps its wait count."""
+    p = prepare(build(), "static")
+    t = build_tables(bind(p, env))
+    b, dev = t.bound, _device_targets(t)
+    runtime = [ev for ev in p.events if ev.runtime_count is not None]
+    assert runtime
+    values = {ev.runtime_count.tensor: np.arange(np.prod(b.tensor_shapes[ev.runtime_count.tensor]),
+                                                 dtype=np.int64).reshape(
+        b.tensor_shapes[ev.runtime_count.tensor]) * 7 + 3 for ev in runtime}
+    placed = np.zeros(b.num_elements, bool)
+    for ev in runtime:
+        ld, base, shape = ev.runtime_count, b.event_base[ev.name], b.event_shapes[ev.name]
+        for flat, idx in enumerate(np.ndindex(*shape)):
+            at = -1 - int(dev[base + flat])
+            assert at >= 0, b.element_name(base + flat)
+            assert p.tensors[at >> COUNT_FLAT_BITS].name == ld.tensor
+            read = values[ld.tensor].reshape(-1)[at & ((1 << COUNT_FLAT_BITS) - 1)]
+            expected = ld.values({**b.env, **dict(zip(ev.axes, idx))}, values)
+            assert [read] == list(expected), b.element_name(base + flat)
+            placed[base + flat] = True
+    np.testing.assert_array_equal(dev[~placed], t.target[~placed])
+    assert (t.target[placed] < 0).all()

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ... import sym
 from ...errors import ProgramError
-from ...ir import Edge, EventDecl, Program, Region, TaskGrid
+from ...ir import Edge, EventDecl, Program, Region, TaskGrid, TensorDecl
 from ...maps import Full, Index, IndexMap, Load, Span
 
 SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.cuh)
@@ -133,7 +133,7 @@ class _Gen:
 
     def load(self, ld: Load, ren) -> str:
         """C expression of a scalar load from an int32 tensor."""
-        t = self.p.tensor(ld.tensor)
+        t = _int32_index_tensor(self.p, ld)
         flat = "0"
         for i, d in zip(ld.index, t.shape):
             flat = f"({flat}) * ({self.c(d)}) + ({self.c(i, ren)})"
@@ -570,18 +570,31 @@ def _extra_notifies(g: _Gen, dynamic: bool) -> list[str]:
         g, "__device__ void et_extra_notifies(const long long* A, const EtTask& task) {", case)
 
 
+COUNT_FLAT_BITS = 40  # a runtime count's place: tensor << COUNT_FLAT_BITS | offset
+
+
 def _runtime_counts(g: _Gen) -> list[str]:
-    out = ["__device__ long long et_runtime_count(const long long* A, int x) {"]
-    out += g.sym_lines()
-    for ev in g.p.events:
-        ld = ev.runtime_count
-        if ld is None:
-            continue
-        cond, coords = g.element_of(ev, "        ")
-        out += [f"    if ({cond}) {{  // {ev.name}: {ev.wait_count}", *coords,
-                f"        return {g.load(ld, g.event_ren(ev))};", "    }"]
-    out += ["    return 0;", "}", ""]
-    return out
+    """et_runtime_count: a count read at run time is at the place its element's ET_TARGET
+    entry holds, -1 - (tensor << COUNT_FLAT_BITS | offset) (runtime.py `_device_targets`),
+    so one load serves every event; the events are named in comments."""
+    events = [f"//   {ev.name}: {ev.wait_count}" for ev, ld in _count_events(g)
+              if _int32_index_tensor(g.p, ld)]
+    return [*(["// wait counts read at run time:"] + events if events else []),
+            "__device__ long long et_runtime_count(const long long* A, int x) {",
+            f"    const long long at = -1 - ET_TARGET[x];  // tensor << {COUNT_FLAT_BITS} | "
+            "offset",
+            f"    return ((const int*)ET_TENSOR((int)(at >> {COUNT_FLAT_BITS})))"
+            f"[at & ((1ll << {COUNT_FLAT_BITS}) - 1)];",
+            "}", ""]
+
+
+def _int32_index_tensor(p: Program, ld: Load) -> TensorDecl:
+    """The tensor a data-dependent map loads from, which the device reads as int32."""
+    t = p.tensor(ld.tensor)
+    if t.dtype != "int32":
+        raise UnsupportedOnGpu(f"map load {ld} reads tensor '{t.name}' of dtype {t.dtype}; "
+                               "on the GPU, index and count tensors must be int32")
+    return t
 
 
 def _check_runtime_counts(p: Program) -> None:

@@ -24,7 +24,9 @@ from ...lower import Tables, bind, build_tables
 from ...schedule import StaticTemplate, schedule
 from ...schedule.simulate import default_dynamic_grids
 from ...trace import TaskSpan, Trace
+from ...vec import compile_exprs
 from .codegen import (
+    COUNT_FLAT_BITS,
     CTYPE,
     MAX_SLOTS,
     SYM_BASE,
@@ -189,6 +191,38 @@ def _wait_records(t: Tables) -> np.ndarray:
                          "large a wait count for the CUDA task tables")
     rec = np.stack([x | np.where(t.early[x], EARLY_BIT, 0), t.target[x]], axis=1)
     return rec if rec.size else np.zeros((1, 2), np.int64)
+
+
+def _device_targets(t: Tables) -> np.ndarray:
+    """The device's wait count per element (ET_TARGET): `t.target`, with each count read at
+    run time (negative there) replaced by -1 - (tensor << COUNT_FLAT_BITS | offset), the place
+    of the int32 it is read from: the count tensor's index among the program's tensors and
+    the flat offset of the event's count load at the element's coordinates."""
+    b, p = t.bound, t.program
+    out = t.target.copy()
+    tindex = {td.name: i for i, td in enumerate(p.tensors)}
+    for ev in p.events:
+        ld = ev.runtime_count
+        if ld is None:
+            continue
+        shape, tshape = b.event_shapes[ev.name], b.tensor_shapes[ld.tensor]
+        coords = np.indices(shape).reshape(len(shape), -1)
+        index = compile_exprs(ld.index, [*b.env, *ev.axes])(*b.env.values(), *coords)
+        index = [np.broadcast_to(np.asarray(i, np.int64), coords.shape[1:]) for i in index]
+        for axis, (i, size) in enumerate(zip(index, tshape)):
+            bad = np.flatnonzero((i < 0) | (i >= size))
+            if bad.size:
+                x = b.event_base[ev.name] + int(bad[0])
+                raise ValueError(f"wait count of {b.element_name(x)} is read from {ld}, whose "
+                                 f"index {int(i[bad[0]])} is outside dimension {axis} of "
+                                 f"tensor '{ld.tensor}' (size {size}) at {b.env}")
+        offset = np.ravel_multi_index(index, tshape) if tshape else np.zeros_like(coords[0])
+        if np.prod(tshape, dtype=np.int64) >= 1 << COUNT_FLAT_BITS:
+            raise ValueError(f"tensor '{ld.tensor}' of event '{ev.name}''s wait counts is too "
+                             f"large for the CUDA count table")
+        base = b.event_base[ev.name]
+        out[base:base + offset.size] = -1 - ((tindex[ld.tensor] << COUNT_FLAT_BITS) | offset)
+    return out
 
 
 def _notify_records(t: Tables) -> np.ndarray:
@@ -407,7 +441,7 @@ class Megakernel:
             "task_rec": i32(rec if b.num_tasks else np.zeros((1, 8))),
             "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(waits),
             "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(notifies),
-            "target": torch.as_tensor(t.target, device=dev),
+            "target": torch.as_tensor(_device_targets(t), device=dev),
             # launch-parity state (two copies, see ET_NEXT_COUNTER in runtime.cuh)
             "counter": torch.zeros(2, max(b.num_elements, 1), dtype=torch.int64, device=dev),
             "shift": i32(np.where(t.early, 16, 0)),
