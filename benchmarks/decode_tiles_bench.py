@@ -85,17 +85,20 @@ def agreement(logits, picks, first) -> dict:
 def precompile(cfg, configs, max_batch: int, max_context: int, mode: str) -> None:
     """Every configuration's kernel, compiled in parallel into the cache first (the sessions
     then load them)."""
+    from eventtensor.backends.cuda.build_cache import prepare_cached
     from eventtensor.backends.cuda.codegen import generate, kernel_name
     from eventtensor.backends.cuda.compiler import compile_many
-    from eventtensor.backends.cuda.prepared import prepare_cached
     from eventtensor.models.decode import build_decode_program
+    from eventtensor.models.gpu_decode import decode_knobs
     kernels = {}
-    for _, tiles, kernel in configs:
+    for _, tiles, kernel in configs:  # the programs and knobs of GpuDecodeSession
         p = prepare_cached(build_decode_program(cfg, max_batch, max_context, tiles,
+                                                max_tokens=max_batch,
                                                 weight_dtype="bfloat16",
                                                 cache_dtype="bfloat16"), mode)
         ctas = kernel.get("ctas_per_sm", 1)
-        kernels[generate(p, mode, ctas, kernel.get("knobs"))] = kernel_name(p, mode, ctas)
+        kernels[generate(p, mode, ctas, decode_knobs(kernel.get("knobs")))] = kernel_name(
+            p, mode, ctas)
     print(f"[decode_tiles] compiling {len(kernels)} kernels", file=sys.stderr, flush=True)
     compile_many(list(kernels.items()))
 

@@ -4,9 +4,10 @@
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
 # TESTS=tests/gpu/test_decode.py, and TESTS_K selects tests by a pytest -k expression;
 # "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
-# benchmarks/decode_trace_bench.py with TRACE_ARGS). The test and
-# sanitizer logs, the benchmarks' JSON, markdown and pictures and the gzipped traces go to
-# $OUT (default ./out); with TGZ=1 also everything, logs included, as $OUT/gpu_check.tgz.
+# benchmarks/decode_trace_bench.py with TRACE_ARGS, "compile" benchmarks/compile_bench.py).
+# The test and sanitizer logs, the benchmarks' JSON, markdown and pictures and the gzipped
+# traces go to $OUT (default ./out); with TGZ=1 also everything, logs included, as
+# $OUT/gpu_check.tgz.
 set -uo pipefail
 OUT="${OUT:-out}"
 STEPS="${STEPS:-tests sanitizer bench decode}"
@@ -37,6 +38,10 @@ fi
 if has bench; then
   timeout "${BENCH_TIMEOUT:-480}" python3 benchmarks/megakernel_bench.py --out "$RUN" 2>&1 \
     | tee "$RUN/bench.log"
+fi
+if has compile; then
+  timeout "${COMPILE_TIMEOUT:-120}" python3 benchmarks/compile_bench.py --out "$RUN" 2>&1 \
+    | tee "$RUN/compile_bench.log"
 fi
 if has tiles; then
   timeout "${TILES_TIMEOUT:-480}" python3 benchmarks/decode_tiles_bench.py ${TILES_ARGS:-} \

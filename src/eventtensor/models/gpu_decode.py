@@ -77,7 +77,9 @@ class GpuDecodeSession(RequestSlots):
     (default max_batch; decode tokens and prompt chunks, see `admit`).
     `weights`: HF name -> array or tensor of the config's shapes (values rounded to bf16).
     `kernel`: options of `Megakernel` (num_sms, watchdog_s, ...; its `knobs` over
-    DECODE_KNOBS, see `decode_knobs`). `compile_s` and `load_s` record the warm-up."""
+    DECODE_KNOBS, see `decode_knobs`). `compile_s` (building the program and its kernel,
+    for every batch size; `kernel.build.seconds` per phase) and `load_s` record the
+    warm-up."""
 
     def __init__(self, config: ModelConfig, weights: Mapping[str, Any], max_batch: int,
                  max_context: int, tiles: DecodeTiles | None = None, *, mode: str = "static",
@@ -94,18 +96,20 @@ class GpuDecodeSession(RequestSlots):
         super().__init__(config.vocab_size, max_batch, max_context, max_tokens)
         self.config, self.mode, self.torch = config, mode, torch
         self.tiles = tiles or gpu_tiles(config, self.max_tokens)
+        start = time.perf_counter()
         self.program = build_decode_program(config, max_batch, max_context, self.tiles,
                                             max_tokens=self.max_tokens,
                                             weight_dtype="bfloat16", cache_dtype=cache_dtype)
-        start = time.perf_counter()
-        _say(progress, f"compiling the {mode} decode megakernel ({config.architecture}, "
+        _say(progress, f"building the {mode} decode megakernel ({config.architecture}, "
                        f"{config.num_layers} layers, {len(self.program.grids)} task grids, "
                        f"{max_batch} requests, B <= {self.max_tokens} tokens a step)")
         kernel["knobs"] = decode_knobs(kernel.get("knobs"))
-        self.kernel = Megakernel(self.program, mode, **kernel)
+        self.kernel = Megakernel(self.program, mode, say=lambda m: _say(progress, m), **kernel)
         self.compile_s = time.perf_counter() - start
-        _say(progress, f"compiled in {self.compile_s:.1f} s "
-                       f"({'cache hit' if self.kernel.compiled.cached else 'NVRTC'})")
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in self.kernel.build.seconds.items()
+                           if k != "total")
+        _say(progress, f"built in {self.compile_s:.1f} s "
+                       f"({'all from the cache' if self.kernel.build.cached else phases})")
         start = time.perf_counter()
         self.tensors = self._device_tensors(weights, cache_dtype, progress)
         self.load_s = time.perf_counter() - start

@@ -19,6 +19,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("derive_wait_counts", derive_wait_counts),
     ("validate", validate),
 ]
+LAST_DERIVING_PASS = "derive_wait_counts"  # the passes after it only check
 
 
 def run_pipeline(p: Program, upto: str | None = None) -> Program:

@@ -20,7 +20,7 @@ from ..errors import ProgramError
 from ..inspect import dump_tables, log
 from ..ir import Program
 from ..lower import Tables, bind, build_tables
-from ..passes import run_pipeline
+from ..passes import LAST_DERIVING_PASS, run_pipeline
 from .dynamic import dynamic_tables
 from .static import StaticTemplate, check_static
 from .unfused import unfuse
@@ -57,12 +57,14 @@ def schedule(tables: Tables, mode: str = "static", num_sms: int = 132,
     return tables
 
 
-def prepare(program: Program, mode: str) -> Program:
+def prepare(program: Program, mode: str, validated: bool = True) -> Program:
     """The program a scheduling mode runs, after the pass pipeline. Unfused mode adds its
-    stage barriers once the derived events exist, so the stages follow the data."""
+    stage barriers once the derived events exist, so the stages follow the data. Without
+    `validated`, the pipeline's last pass, `validate`, is left to the caller (who may run
+    it beside other work)."""
     if mode == "unfused":
         program = unfuse(run_pipeline(program))
-    return run_pipeline(program)
+    return run_pipeline(program, upto=None if validated else LAST_DERIVING_PASS)
 
 
 def lower(program: Program, env: Mapping[str, int], mode: str = "static", num_sms: int = 132,

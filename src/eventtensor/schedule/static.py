@@ -48,8 +48,7 @@ class StaticTemplate:
         self.rank = max((len(g.axes) for g in program.grids), default=0)
         self._ext_pos = np.array([gi * self.rank + k for gi, g in enumerate(program.grids)
                                   for k in range(len(g.axes))], np.int64)
-        self._extents = compile_exprs([d for g in program.grids for d in g.extent],
-                                      self.sym_names)
+        self._extents = self._compile_extents()
         ref = dict(reference or {s.name: s.hi for s in program.symbols})
         ref_counts = self._grid_counts(ref)
         cm = cost_model or CostModel(num_sms=num_sms)
@@ -71,6 +70,18 @@ class StaticTemplate:
                 ext = self._grid_extents(r)
                 self.layouts.append((ext, self._place(ext, us, preds, cm.hop_us)))
         self._cache: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def _compile_extents(self):
+        return compile_exprs([d for g in self.program.grids for d in g.extent], self.sym_names)
+
+    def __getstate__(self) -> dict:
+        """Pickled without the compiled extent function (rebuilt on load) and the
+        per-binding queues."""
+        return {k: v for k, v in self.__dict__.items() if k != "_extents"} | {"_cache": {}}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._extents = self._compile_extents()
 
     def _place(self, ext_all: np.ndarray, task_us: np.ndarray, preds: list[set[int]],
                hop_us: float) -> tuple:

@@ -21,22 +21,18 @@ from ...dtypes import round_to_dtype
 from ...errors import DeadlockError
 from ...ir import Program, TensorDecl
 from ...lower import Tables, bind, build_tables
-from ...schedule import StaticTemplate, schedule
-from ...schedule.simulate import default_dynamic_grids
+from ...schedule import schedule
 from ...trace import TaskSpan, Trace
 from ...vec import compile_exprs
+from .build import build_kernel
 from .codegen import (
     COUNT_FLAT_BITS,
     CTYPE,
     MAX_SLOTS,
     SYM_BASE,
     UnsupportedOnGpu,
-    generate,
-    kernel_name,
     uses_tensor_table,
 )
-from .compiler import compile_source
-from .prepared import prepare_cached
 
 THREADS = 256  # threads per CTA (runtime.cuh ET_THREADS)
 
@@ -334,6 +330,41 @@ def _first_chunks(streams: dict[str, np.ndarray], bounds: np.ndarray) -> np.ndar
     return slabs.view(np.int64)
 
 
+@dataclass
+class HostLaunch:
+    """What scheduled tables decide of a launch (the host's work on a binding's first
+    launch): `arrays`, copied to the device as they are (task, wait and notify records, the
+    static queues' streams, the wait counts, dynamic-mode tables), the tasks of dynamic
+    grids, and the per-SM launch arguments (stream bounds, first chunk slabs)."""
+    arrays: dict[str, np.ndarray]
+    n_dynamic: int
+    sm_args: np.ndarray
+
+
+def host_launch(t: Tables) -> HostLaunch:
+    """The launch that scheduled tables `t` decide (`HostLaunch`)."""
+    def i32(a):
+        return np.ascontiguousarray(a, np.int32)
+    b = t.bound
+    rec = _task_records(t)
+    waits, notifies = _wait_records(t), _notify_records(t)
+    streams = _static_streams(t, rec, waits, notifies)
+    bounds, slabs = streams.pop("stream_bounds"), streams.pop("slabs")
+    arrays = {name: i32(a) for name, a in streams.items()} | {
+        "task_rec": i32(rec if b.num_tasks else np.zeros((1, 8))),
+        "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(waits),
+        "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(notifies),
+        "target": _device_targets(t),
+        "shift": i32(np.where(t.early, 16, 0)),
+        "ready": i32(t.ready), "pending0": i32(t.pending),
+        "push_ptr": i32(t.push_ptr), "push_task": i32(t.push_task),
+        "skip_ptr": i32(t.skip_ptr), "skip_elem": i32(t.skip_elem if t.skip_elem.size
+                                                       else np.zeros(1))}
+    n_dyn = int((t.grid_mode[b.task_grid] == 1).sum()) if b.num_tasks else 0
+    return HostLaunch(arrays, n_dyn,
+                      np.concatenate([bounds.ravel(), slabs.ravel()]).astype(np.int64))
+
+
 class Megakernel:
     """One program compiled for one scheduling mode, launchable for any binding."""
 
@@ -341,7 +372,7 @@ class Megakernel:
                  policy: str = "critical_path", watchdog_s: float = 1.0,
                  early_push: bool = True, dynamic_grids: Sequence[str] | None = None,
                  ctas_per_sm: int = 1, knobs: Mapping[str, int] | None = None,
-                 overlap_launches: bool = True):
+                 overlap_launches: bool = True, say=None):
         """`num_sms`: the SMs to use (default: all); `ctas_per_sm` persistent CTAs run on each
         (each its own static queue: more CTAs hide more memory latency, with fewer registers
         each); `dynamic_grids` (hybrid mode): the grids run from the device queue, by default
@@ -349,29 +380,26 @@ class Megakernel:
         (`codegen.KNOBS`, e.g. ET_SPIN_NS); `overlap_launches`: launch with programmatic
         stream serialization, so that a launch's CTAs start while the kernel before it on the
         stream still runs and load their arguments meanwhile (runtime.cuh
-        et_wait_previous_launch)."""
+        et_wait_previous_launch); `say` hears of the build's long phases (`build_kernel`)."""
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
-        self.program = prepare_cached(program, mode)
-        self.dynamic_grids = tuple(dynamic_grids if dynamic_grids is not None else
-                                   default_dynamic_grids(self.program)) \
-            if mode == "hybrid" else ()
         if ctas_per_sm < 1:
             raise ValueError(f"ctas_per_sm must be at least 1, got {ctas_per_sm}")
         self.ctas_per_sm = ctas_per_sm
         self.overlap_launches = overlap_launches
-        self.source = generate(self.program, mode, ctas_per_sm, knobs)
         self.stage_bytes = int((knobs or {}).get("ET_STAGE_BYTES", 0))  # dynamic shared memory
-        self.name = kernel_name(self.program, mode, ctas_per_sm)
-        self.compiled = compile_source(self.source, self.name)
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         self.num_sms = num_sms or props.multi_processor_count
         self.num_ctas = self.num_sms * ctas_per_sm  # the workers the schedules deal tasks to
         self.watchdog_ns = int(watchdog_s * 1e9)
-        static = [g.name for g in self.program.grids if g.name not in self.dynamic_grids]
-        self.template = StaticTemplate(self.program, self.num_ctas, policy, grids=static) \
-            if mode != "dynamic" else None
+        self.build = build_kernel(program, mode, self.num_ctas, ctas_per_sm=ctas_per_sm,
+                                  policy=policy, dynamic_grids=dynamic_grids, knobs=knobs,
+                                  say=say)
+        self.program, self.source, self.name = (self.build.program, self.build.source,
+                                                self.build.name)
+        self.compiled, self.template = self.build.compiled, self.build.template
+        self.dynamic_grids = self.build.dynamic_grids
         self._func = None
         self._config = None  # launch configuration of overlapped launches
         self._states: dict[tuple[int, ...], _State] = {}
@@ -429,29 +457,15 @@ class Megakernel:
             return st
         t = tables or self.tables(env)
         torch, dev = self.torch, "cuda"
-        i32 = (lambda a: torch.as_tensor(np.ascontiguousarray(a, np.int32), device=dev))  # noqa: E731
-        b = t.bound
-        n_dyn = int((t.grid_mode[b.task_grid] == 1).sum()) if b.num_tasks else 0
-        rec = _task_records(t)
-        waits, notifies = _wait_records(t), _notify_records(t)
-        streams = _static_streams(t, rec, waits, notifies)
-        bounds, slabs = streams.pop("stream_bounds"), streams.pop("slabs")
-        arrays = {name: i32(a) for name, a in streams.items()}
+        host = host_launch(t)
+        b, n_dyn = t.bound, host.n_dynamic
+        arrays = {name: torch.as_tensor(a, device=dev) for name, a in host.arrays.items()}
         arrays |= {
-            "task_rec": i32(rec if b.num_tasks else np.zeros((1, 8))),
-            "wait_ptr": i32(t.wait_ptr), "wait_elem": i32(waits),
-            "notify_ptr": i32(t.notify_ptr), "notify_elem": i32(notifies),
-            "target": torch.as_tensor(_device_targets(t), device=dev),
             # launch-parity state (two copies, see ET_NEXT_COUNTER in runtime.cuh)
             "counter": torch.zeros(2, max(b.num_elements, 1), dtype=torch.int64, device=dev),
-            "shift": i32(np.where(t.early, 16, 0)),
-            "ready": i32(t.ready), "pending0": i32(t.pending),
             "released": torch.zeros(2, max(b.num_tasks, 1), dtype=torch.int32, device=dev),
-            "push_ptr": i32(t.push_ptr), "push_task": i32(t.push_task),
             "queue": torch.full((2, max(n_dyn, 1)), -1, dtype=torch.int32, device=dev),
             "head_tail": torch.zeros(2, 2, dtype=torch.int32, device=dev),
-            "skip_ptr": i32(t.skip_ptr), "skip_elem": i32(t.skip_elem if t.skip_elem.size
-                                                           else np.zeros(1)),
             "err": torch.zeros(8, dtype=torch.int64, device=dev),
             "abort": torch.zeros(1, dtype=torch.int32, device=dev),
             # dynamic mode: retired tasks, then per trigger edge (program order) its state
@@ -459,8 +473,7 @@ class Megakernel:
                                      device=dev),
         }
         mask = int(sum(1 << int(gi) for gi in np.flatnonzero(t.grid_mode) if gi < 63))
-        st = _State(t, arrays, n_dynamic=n_dyn, dynamic_mask=mask,
-                    sm_args=np.concatenate([bounds.ravel(), slabs.ravel()]).astype(np.int64))
+        st = _State(t, arrays, n_dynamic=n_dyn, dynamic_mask=mask, sm_args=host.sm_args)
         if tables is None:
             self._states[key] = st
         return st

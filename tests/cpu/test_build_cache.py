@@ -1,0 +1,88 @@
+"""The host-side build of a megakernel (`build.build_kernel`) and its disk cache: the same
+products as the separate steps, served from disk on the second build, recomputed when an
+entry is unreadable or the program or options differ; a cold build's validation error
+is raised while NVRTC runs."""
+import pytest
+
+from eventtensor import ProgramBuilder
+from eventtensor.backends.cuda import build as build_mod
+from eventtensor.backends.cuda import build_cache
+from eventtensor.backends.cuda.codegen import generate
+from eventtensor.errors import WaitCountError
+from eventtensor.examples import EXAMPLES
+from eventtensor.models import get_config
+from eventtensor.models.decode import build_decode_program
+from eventtensor.schedule import prepare
+
+pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings not installed")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVENTTENSOR_CACHE", str(tmp_path))
+
+
+def _decode(layers=1):
+    return build_decode_program(get_config("tiny-qwen3").replace(num_layers=layers), 4, 32)
+
+
+@pytest.mark.parametrize("mode", ["static", "unfused"])
+def test_second_prepare_comes_from_disk(monkeypatch, mode):
+    first = build_cache.prepare_cached(_decode(), mode)
+    assert first == prepare(_decode(), mode)
+    monkeypatch.setattr(build_cache, "prepare", lambda *a: pytest.fail("not served from disk"))
+    assert build_cache.prepare_cached(_decode(), mode) == first
+
+
+def test_other_programs_and_broken_entries_are_prepared_again(tmp_path, monkeypatch):
+    build_cache.prepare_cached(_decode(), "static")
+    calls = []
+    real = build_cache.prepare
+    monkeypatch.setattr(build_cache, "prepare", lambda *a: calls.append(a) or real(*a))
+    two = build_cache.prepare_cached(_decode(layers=2), "static")
+    assert len(calls) == 1 and len(two.grids) > len(prepare(_decode(), "static").grids)
+    for entry in tmp_path.glob("prepared-*.pickle"):
+        entry.write_bytes(b"not a pickle")
+    assert build_cache.prepare_cached(_decode(), "static") == prepare(_decode(), "static")
+    assert len(calls) == 2
+
+
+def test_warm_build_comes_from_the_caches(monkeypatch):
+    program = EXAMPLES["splitk_rowsum"].build()
+    cold = build_mod.build_kernel(program, "static", 8)
+    assert {"prepare", "validate", "generate", "template", "compile"} <= set(cold.seconds)
+    assert not cold.cached and cold.program == prepare(program, "static")
+    assert cold.source == generate(cold.program, "static")
+    assert cold.compiled.cubin[:4] == b"\x7fELF"
+    queues = cold.template.instantiate({"n": 200})
+    for name in ("prepare", "generate", "StaticTemplate", "validate"):
+        monkeypatch.setattr(build_mod, name, lambda *a, **k: pytest.fail("not from the cache"))
+    warm = build_mod.build_kernel(EXAMPLES["splitk_rowsum"].build(), "static", 8)
+    assert warm.cached and set(warm.seconds) == {"wait", "total"}
+    assert (warm.program, warm.source, warm.compiled.cubin) == (
+        cold.program, cold.source, cold.compiled.cubin)
+    for got, want in zip(warm.template.instantiate({"n": 200}), queues):
+        assert (got == want).all()
+
+
+def test_other_options_reuse_the_prepared_program(monkeypatch):
+    program = EXAMPLES["splitk_rowsum"].build()
+    build_mod.build_kernel(program, "static", 8)
+    monkeypatch.setattr(build_mod, "prepare", lambda *a, **k: pytest.fail("prepared again"))
+    other = build_mod.build_kernel(program, "static", 4, knobs={"ET_SPIN_NS": 50000})
+    assert "generate" in other.seconds and "#define ET_SPIN_NS 50000" in other.source
+    assert other.template.num_sms == 4
+
+
+def test_cold_build_raises_the_validation_error():
+    pb = ProgramBuilder("bad_count")
+    pb.input("A", (4, 2))
+    pb.output("o", (4, 1))
+    pb.event("E", (4,), wait_count="k->3")  # one notify per element arrives, not 3
+    pb.grid("p", "row_sum", "i", (4,), reads={"A": "i, :"}, writes={"o": "i, :"},
+            notify={"E": "i->i"})
+    pb.grid("c", "nop", "i", (4,), wait={"E": "i->i"})
+    with pytest.raises(WaitCountError, match=r"wait count of event element E\[0\] can never "
+                                             r"be reached: it waits for 3 notifies but "
+                                             r"receives 1"):
+        build_mod.build_kernel(pb.build(), "static", 4)
