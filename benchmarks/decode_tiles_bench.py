@@ -7,7 +7,8 @@ process, with each configuration's summed task-body time per kind (from one prof
 
 Each --tiles is "field=value,..." over the H200 defaults (`gpu_tiles`; "" is the defaults
 themselves); its items ET_*=N set device-library knobs (over the decode session's own,
-`gpu_decode.DECODE_KNOBS`) and ctas_per_sm=N the CTAs per SM.
+`gpu_decode.DECODE_KNOBS`), ctas_per_sm=N the CTAs per SM and fast_compile=LEVEL NVRTC's
+--Ofast-compile level (min, mid, max).
 Every configuration gets its own compiled kernel over the same random weights and caches
 (the position-context - 1 layout of decode_bench.py), the step time is the median of --iters
 CUDA-event-timed launches, and the memory floor (weights plus KV bytes over the measured copy
@@ -87,7 +88,7 @@ def precompile(cfg, configs, max_batch: int, max_context: int, mode: str) -> Non
     then load them)."""
     from eventtensor.backends.cuda.build_cache import prepare_cached
     from eventtensor.backends.cuda.codegen import generate, kernel_name
-    from eventtensor.backends.cuda.compiler import compile_many
+    from eventtensor.backends.cuda.compiler import ARCH, compile_many
     from eventtensor.models.decode import build_decode_program
     from eventtensor.models.gpu_decode import decode_knobs
     kernels = {}
@@ -97,10 +98,10 @@ def precompile(cfg, configs, max_batch: int, max_context: int, mode: str) -> Non
                                                 weight_dtype="bfloat16",
                                                 cache_dtype="bfloat16"), mode)
         ctas = kernel.get("ctas_per_sm", 1)
-        kernels[generate(p, mode, ctas, decode_knobs(kernel.get("knobs")))] = kernel_name(
-            p, mode, ctas)
+        kernels[generate(p, mode, ctas, decode_knobs(kernel.get("knobs"))),
+                kernel.get("fast_compile")] = kernel_name(p, mode, ctas)
     print(f"[decode_tiles] compiling {len(kernels)} kernels", file=sys.stderr, flush=True)
-    compile_many(list(kernels.items()))
+    compile_many([(src, name, ARCH, fast) for (src, fast), name in kernels.items()])
 
 
 def main(argv: list[str] | None = None) -> int:

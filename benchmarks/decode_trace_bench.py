@@ -31,7 +31,8 @@ from eventtensor.models.decode import tiles_with  # noqa: E402
 
 def split_config(base, text: str) -> tuple[object, dict]:
     """(tiles, Megakernel options) of a --tiles text: its ET_* items are device-library
-    knobs, ctas_per_sm=N the CTAs per SM, the rest fields of the tiles (`tiles_with`)."""
+    knobs, ctas_per_sm=N the CTAs per SM, fast_compile=LEVEL NVRTC's --Ofast-compile level,
+    the rest fields of the tiles (`tiles_with`)."""
     knobs, kernel, rest = {}, {}, []
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, _, value = item.partition("=")
@@ -39,6 +40,8 @@ def split_config(base, text: str) -> tuple[object, dict]:
             knobs[key] = int(value)
         elif key == "ctas_per_sm":
             kernel[key] = int(value)
+        elif key == "fast_compile":
+            kernel[key] = value
         else:
             rest.append(item)
     return tiles_with(base, ",".join(rest)), {**kernel, **({"knobs": knobs} if knobs else {})}

@@ -86,3 +86,14 @@ def test_cold_build_raises_the_validation_error():
                                              r"be reached: it waits for 3 notifies but "
                                              r"receives 1"):
         build_mod.build_kernel(pb.build(), "static", 4)
+
+
+def test_fast_compile_level_is_its_own_cubin():
+    program = EXAMPLES["splitk_rowsum"].build()
+    full = build_mod.build_kernel(program, "static", 8)
+    fast = build_mod.build_kernel(program, "static", 8, fast_compile="max")
+    assert fast.source == full.source and not fast.compiled.cached
+    assert fast.compiled.cubin[:4] == b"\x7fELF" and fast.compiled.cubin != full.compiled.cubin
+    with pytest.raises(ValueError, match="fast_compile must be one of min, mid, max or None, "
+                                         "got 'fast'"):
+        build_mod.build_kernel(program, "static", 8, fast_compile="fast")

@@ -44,11 +44,12 @@ class KernelBuild:
 
 def build_kernel(program: Program, mode: str, num_ctas: int, *, ctas_per_sm: int = 1,
                  policy: str = "critical_path", dynamic_grids: Sequence[str] | None = None,
-                 knobs: Mapping[str, int] | None = None,
+                 knobs: Mapping[str, int] | None = None, fast_compile: str | None = None,
                  say: Callable[[str], None] | None = None) -> KernelBuild:
     """Build `program`'s megakernel for scheduling `mode` with `num_ctas` persistent CTAs
     (`ctas_per_sm` on each SM), static `policy`, hybrid mode's `dynamic_grids` (default:
-    the data-dependent ones) and device-library `knobs`; `say` hears of the long phases."""
+    the data-dependent ones), device-library `knobs` and NVRTC's `fast_compile` level
+    (`compiler.compile_source`); `say` hears of the long phases."""
     t_start = time.perf_counter()
     seconds: dict[str, float] = {}
 
@@ -79,7 +80,7 @@ def build_kernel(program: Program, mode: str, num_ctas: int, *, ctas_per_sm: int
     name = kernel_name(prepared, mode, ctas_per_sm)
     pool = ThreadPoolExecutor(1, thread_name_prefix="nvrtc")
     try:
-        compiling = pool.submit(compile_source, source, name)
+        compiling = pool.submit(compile_source, source, name, fast_compile=fast_compile)
         if say and not compiling.done():
             say(f"compiling kernel {name} (NVRTC, sm_90a)")
         if unvalidated:

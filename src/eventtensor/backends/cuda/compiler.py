@@ -42,15 +42,24 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def _options(arch: str) -> list[bytes]:
+FAST_COMPILE = ("min", "mid", "max")  # NVRTC --Ofast-compile levels
+
+
+def _options(arch: str, fast_compile: str | None = None) -> list[bytes]:
+    if fast_compile is not None and fast_compile not in FAST_COMPILE:
+        raise ValueError(f"fast_compile must be one of {', '.join(FAST_COMPILE)} or None, "
+                         f"got {fast_compile!r}")
     return [f"--gpu-architecture={arch}".encode(), f"-I{INCLUDE}".encode(), b"-std=c++17",
-            b"--use_fast_math", b"-default-device", b"-lineinfo"]
+            b"--use_fast_math", b"-default-device", b"-lineinfo",
+            *([f"--Ofast-compile={fast_compile}".encode()] if fast_compile else [])]
 
 
-def compile_source(source: str, name: str, arch: str = ARCH) -> Compiled:
-    """Cubin for `source` (entry `name`), from the cache or NVRTC."""
+def compile_source(source: str, name: str, arch: str = ARCH,
+                   fast_compile: str | None = None) -> Compiled:
+    """Cubin for `source` (entry `name`), from the cache or NVRTC. `fast_compile` (one of
+    FAST_COMPILE) trades code quality for compile time: NVRTC's --Ofast-compile level."""
     headers = "".join(p.read_text() for p in sorted(INCLUDE.rglob("*.cuh")))
-    opts = _options(arch)
+    opts = _options(arch, fast_compile)
     key = hashlib.sha256("\0".join([source, headers, *map(bytes.decode, opts), arch,
                                     __version__]).encode()).hexdigest()[:32]
     path = cache_dir() / f"{name}-{arch}-{key}.cubin"
@@ -79,8 +88,9 @@ def compile_source(source: str, name: str, arch: str = ARCH) -> Compiled:
     return Compiled(name, cubin, seconds, False)
 
 
-def compile_many(kernels: Sequence[tuple[str, str]], jobs: int | None = None) -> list[Compiled]:
-    """`compile_source` of each (source, entry name), `jobs` at a time (default: one per
+def compile_many(kernels: Sequence[tuple], jobs: int | None = None) -> list[Compiled]:
+    """`compile_source` of each (source, entry name[, arch, fast_compile]), all of one length,
+    `jobs` at a time (default: one per
     CPU; NVRTC runs without the interpreter lock), so that later compiles of the same kernels
     are cache hits."""
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(kernels)))

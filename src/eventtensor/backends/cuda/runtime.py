@@ -372,7 +372,7 @@ class Megakernel:
                  policy: str = "critical_path", watchdog_s: float = 1.0,
                  early_push: bool = True, dynamic_grids: Sequence[str] | None = None,
                  ctas_per_sm: int = 1, knobs: Mapping[str, int] | None = None,
-                 overlap_launches: bool = True, say=None):
+                 overlap_launches: bool = True, fast_compile: str | None = None, say=None):
         """`num_sms`: the SMs to use (default: all); `ctas_per_sm` persistent CTAs run on each
         (each its own static queue: more CTAs hide more memory latency, with fewer registers
         each); `dynamic_grids` (hybrid mode): the grids run from the device queue, by default
@@ -380,7 +380,8 @@ class Megakernel:
         (`codegen.KNOBS`, e.g. ET_SPIN_NS); `overlap_launches`: launch with programmatic
         stream serialization, so that a launch's CTAs start while the kernel before it on the
         stream still runs and load their arguments meanwhile (runtime.cuh
-        et_wait_previous_launch); `say` hears of the build's long phases (`build_kernel`)."""
+        et_wait_previous_launch); `fast_compile`: NVRTC's --Ofast-compile level (faster
+        compiles, other code); `say` hears of the build's long phases (`build_kernel`)."""
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
@@ -395,7 +396,7 @@ class Megakernel:
         self.watchdog_ns = int(watchdog_s * 1e9)
         self.build = build_kernel(program, mode, self.num_ctas, ctas_per_sm=ctas_per_sm,
                                   policy=policy, dynamic_grids=dynamic_grids, knobs=knobs,
-                                  say=say)
+                                  fast_compile=fast_compile, say=say)
         self.program, self.source, self.name = (self.build.program, self.build.source,
                                                 self.build.name)
         self.compiled, self.template = self.build.compiled, self.build.template
