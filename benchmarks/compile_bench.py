@@ -31,7 +31,7 @@ PHASES = ("imports", "program", "prepare", "validate", "generate", "template", "
 
 
 def child(model: str, max_batch: int, max_context: int, num_ctas: int,
-          batches: list[int]) -> dict:
+          batches: list[int], fast_compile: str | None) -> dict:
     """One build in this process (the cache is EVENTTENSOR_CACHE's): seconds per phase,
     then the host's first launch of each batch size."""
     t0 = time.perf_counter()
@@ -49,7 +49,8 @@ def child(model: str, max_batch: int, max_context: int, num_ctas: int,
                                    weight_dtype="bfloat16", cache_dtype="bfloat16")
     seconds["program"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    build = build_kernel(program, "static", num_ctas, knobs=decode_knobs(None))
+    build = build_kernel(program, "static", num_ctas, knobs=decode_knobs(None),
+                         fast_compile=fast_compile)
     seconds |= {k: v for k, v in build.seconds.items() if k != "total"}
     seconds["build"] = time.perf_counter() - t0
     built = time.perf_counter() - T_START
@@ -64,13 +65,14 @@ def child(model: str, max_batch: int, max_context: int, num_ctas: int,
             "cubin_cached": build.compiled.cached, "first_launch_s": first}
 
 
-def run_child(args, cache: str, batches: list[int]) -> dict:
+def run_child(args, cache: str, batches: list[int], fast_compile: str | None) -> dict:
     """`child` in a fresh interpreter with cache folder `cache`; adds its process's wall."""
     t0 = time.perf_counter()
     out = subprocess.run(
         [sys.executable, __file__, "--child", "--model", args.model,
          "--max-batch", str(args.max_batch), "--max-context", str(args.max_context),
-         "--num-ctas", str(args.num_ctas), "--batches", ",".join(map(str, batches))],
+         "--num-ctas", str(args.num_ctas), "--batches", ",".join(map(str, batches)),
+         *(["--fast-compile", fast_compile] if fast_compile else [])],
         capture_output=True, text=True, env={**os.environ, "EVENTTENSOR_CACHE": cache})
     if out.returncode:
         raise SystemExit(f"compile_bench child failed:\n{out.stderr}")
@@ -115,18 +117,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-ctas", type=int, default=132)
     ap.add_argument("--batches", type=ints, default=[1, 2, 4, 8, 16, 32, 64])
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--fast-compile", action="append", default=[],
+                    help="also a cold build at this NVRTC --Ofast-compile level (min, mid or "
+                         "max; repeat)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
+        level = args.fast_compile[0] if args.fast_compile else None
         print(json.dumps(child(args.model, args.max_batch, args.max_context, args.num_ctas,
-                               args.batches)))
+                               args.batches, level)))
         return 0
     from decode_bench import run_meta, write_run
     runs = {}
-    with tempfile.TemporaryDirectory() as cache:
-        for name, batches in (("cold", []), ("warm", args.batches)):
+    plan = [("cold", None, []), ("warm", None, args.batches)] + [
+        (f"cold, fast_compile={level}", level, []) for level in args.fast_compile]
+    with tempfile.TemporaryDirectory() as root:
+        for name, level, batches in plan:
             print(f"[compile_bench] {name} build ...", file=sys.stderr, flush=True)
-            runs[name] = run_child(args, cache, batches)
+            cache = os.path.join(root, level or "default")  # a level's own empty cache
+            runs[name] = run_child(args, cache, batches, level)
             print(f"[compile_bench] {name}: {runs[name]['seconds']}", file=sys.stderr,
                   flush=True)
     meta = run_meta("compile_bench.py", argv, model=args.model, max_batch=args.max_batch,
