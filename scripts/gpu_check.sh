@@ -4,7 +4,7 @@
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
 # TESTS=tests/gpu/test_decode.py, and TESTS_K selects tests by a pytest -k expression;
 # "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
-# benchmarks/decode_trace_bench.py with TRACE_ARGS, "compile" benchmarks/compile_bench.py).
+# benchmarks/decode_trace_bench.py with TRACE_ARGS, "compile" benchmarks/compile_bench.py with COMPILE_ARGS).
 # The test and sanitizer logs, the benchmarks' JSON, markdown and pictures and the gzipped
 # traces go to $OUT (default ./out); with TGZ=1 also everything, logs included, as
 # $OUT/gpu_check.tgz.
@@ -40,7 +40,8 @@ if has bench; then
     | tee "$RUN/bench.log"
 fi
 if has compile; then
-  timeout "${COMPILE_TIMEOUT:-120}" python3 benchmarks/compile_bench.py --out "$RUN" 2>&1 \
+  timeout "${COMPILE_TIMEOUT:-120}" python3 benchmarks/compile_bench.py ${COMPILE_ARGS:-} \
+    --out "$RUN" 2>&1 \
     | tee "$RUN/compile_bench.log"
 fi
 if has tiles; then
