@@ -89,14 +89,13 @@ def precompile(cfg, configs, max_batch: int, max_context: int, mode: str) -> Non
     from eventtensor.backends.cuda.build_cache import prepare_cached
     from eventtensor.backends.cuda.codegen import generate, kernel_name
     from eventtensor.backends.cuda.compiler import ARCH, compile_many
-    from eventtensor.models.decode import build_decode_program
-    from eventtensor.models.gpu_decode import decode_knobs
+    from eventtensor.models.gpu_decode import decode_knobs, decode_program_cached
     kernels = {}
     for _, tiles, kernel in configs:  # the programs and knobs of GpuDecodeSession
-        p = prepare_cached(build_decode_program(cfg, max_batch, max_context, tiles,
-                                                max_tokens=max_batch,
-                                                weight_dtype="bfloat16",
-                                                cache_dtype="bfloat16"), mode)
+        p = prepare_cached(decode_program_cached(cfg, max_batch, max_context, tiles,
+                                                 max_tokens=max_batch,
+                                                 weight_dtype="bfloat16",
+                                                 cache_dtype="bfloat16"), mode)
         ctas = kernel.get("ctas_per_sm", 1)
         kernels[generate(p, mode, ctas, decode_knobs(kernel.get("knobs"))),
                 kernel.get("fast_compile")] = kernel_name(p, mode, ctas)

@@ -97,3 +97,16 @@ def test_fast_compile_level_is_its_own_cubin():
     with pytest.raises(ValueError, match="fast_compile must be one of min, mid, max or None, "
                                          "got 'fast'"):
         build_mod.build_kernel(program, "static", 8, fast_compile="fast")
+
+
+def test_decode_program_comes_from_disk_the_second_time(monkeypatch):
+    from eventtensor.models import gpu_decode
+    cfg = get_config("tiny-llama")
+    tiles = gpu_decode.gpu_tiles(cfg, 4)
+    first = gpu_decode.decode_program_cached(cfg, 4, 32, tiles, max_tokens=4)
+    assert first == build_decode_program(cfg, 4, 32, tiles, max_tokens=4)
+    monkeypatch.setattr(gpu_decode, "build_decode_program",
+                        lambda *a, **k: pytest.fail("not served from disk"))
+    assert gpu_decode.decode_program_cached(cfg, 4, 32, tiles, max_tokens=4) == first
+    with pytest.raises(pytest.fail.Exception, match="not served from disk"):  # other args
+        gpu_decode.decode_program_cached(cfg, 4, 64, tiles, max_tokens=4)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ir import Program
 from .config import ModelConfig
 from .decode import (
     DecodeTiles,
@@ -65,6 +66,21 @@ def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
     return {**merged, **(knobs or {})}
 
 
+def decode_program_cached(config: ModelConfig, max_batch: int, max_context: int,
+                          tiles: DecodeTiles, **options) -> Program:
+    """`build_decode_program` with these arguments, from the disk cache (`build_cache`)
+    when this exact package built it before: a warm start loads it rather than builds it."""
+    from ..backends.cuda import build_cache
+    key = build_cache.entry_key(repr((config, max_batch, max_context, tiles,
+                                      sorted(options.items()))))
+    name = f"{config.architecture}-l{config.num_layers}"
+    program = build_cache.load("decode-program", name, key, Program)
+    if program is None:
+        program = build_decode_program(config, max_batch, max_context, tiles, **options)
+        build_cache.store("decode-program", name, key, program)
+    return program
+
+
 def _say(progress: bool, message: str) -> None:
     if progress:
         print(f"[eventtensor] {message}", file=sys.stderr, flush=True)
@@ -97,9 +113,9 @@ class GpuDecodeSession(RequestSlots):
         self.config, self.mode, self.torch = config, mode, torch
         self.tiles = tiles or gpu_tiles(config, self.max_tokens)
         start = time.perf_counter()
-        self.program = build_decode_program(config, max_batch, max_context, self.tiles,
-                                            max_tokens=self.max_tokens,
-                                            weight_dtype="bfloat16", cache_dtype=cache_dtype)
+        self.program = decode_program_cached(config, max_batch, max_context, self.tiles,
+                                             max_tokens=self.max_tokens,
+                                             weight_dtype="bfloat16", cache_dtype=cache_dtype)
         _say(progress, f"building the {mode} decode megakernel ({config.architecture}, "
                        f"{config.num_layers} layers, {len(self.program.grids)} task grids, "
                        f"{max_batch} requests, B <= {self.max_tokens} tokens a step)")
