@@ -95,6 +95,8 @@ def test_dump_writes_every_stage(tmp_path, monkeypatch):
     compile_source(generate(p, "static"), kernel_name(p, "static"))
     names = sorted(f.suffix for f in (tmp_path / "dump").iterdir() if f.is_file())
     assert names == [".cu", ".cubin", ".ptx"]
+    ptx = next((tmp_path / "dump").glob("*.ptx")).read_bytes()
+    assert b".visible .entry" in ptx and b"\0" not in ptx  # ptxas takes the file as it is
 
 
 def test_random_programs_compile():

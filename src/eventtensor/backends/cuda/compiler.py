@@ -123,6 +123,6 @@ def _nvrtc(source: str, name: str, opts: list[bytes]) -> tuple[bytes, bytes]:
         (n,) = check(nvrtc.nvrtcGetPTXSize(prog), "ptx size")
         ptx = b" " * n
         check(nvrtc.nvrtcGetPTX(prog, ptx), "ptx")
-        return cubin, ptx
+        return cubin, ptx.rstrip(b"\0")  # (NVRTC's size counts the terminating NUL)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
