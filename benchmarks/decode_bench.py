@@ -680,24 +680,12 @@ def write_run(out: str | Path, name: str, meta: dict[str, Any], rows: list[dict[
     print(text, flush=True)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("decode_bench needs a CUDA GPU")
+def bench_report(args: argparse.Namespace, bench: Bench, copy_gb_s: float, tflops: float,
+                 start: float) -> dict[str, Any]:
+    """The run's report so far: its meta and the rows measured."""
     import transformers
-    start = time.perf_counter()
-    torch.set_grad_enabled(False)
-    copy_gb_s, tflops = measure_copy_gb_s(), measure_matmul_tflops()
-    print(f"{torch.cuda.get_device_name()}: copy {copy_gb_s:.0f} GB/s, bf16 matmul "
-          f"{tflops:.0f} TFLOP/s", flush=True)
-    bench = Bench(args)
-    print(f"{args.model}: weights ready after {time.perf_counter() - start:.1f} s; ours: "
-          f"{bench.hook_status}", flush=True)
-    for batch in args.batches:
-        for context in args.contexts:
-            bench.run_config(batch, context, copy_gb_s, tflops)
     paths = [p for p in PYTORCH_PATHS if p in args.paths] + bench.ours
-    report = {
+    return {
         "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "commit": git_commit(), "gpu": torch.cuda.get_device_name(),
@@ -717,6 +705,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rows": bench.rows,
         "wall_s": time.perf_counter() - start,
     }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("decode_bench needs a CUDA GPU")
+    start = time.perf_counter()
+    torch.set_grad_enabled(False)
+    copy_gb_s, tflops = measure_copy_gb_s(), measure_matmul_tflops()
+    print(f"{torch.cuda.get_device_name()}: copy {copy_gb_s:.0f} GB/s, bf16 matmul "
+          f"{tflops:.0f} TFLOP/s", flush=True)
+    bench = Bench(args)
+    print(f"{args.model}: weights ready after {time.perf_counter() - start:.1f} s; ours: "
+          f"{bench.hook_status}", flush=True)
+    for batch in args.batches:
+        for context in args.contexts:
+            bench.run_config(batch, context, copy_gb_s, tflops)
+            # after every configuration, so that a run cut short keeps what it measured
+            write_outputs(bench_report(args, bench, copy_gb_s, tflops, start), args.out)
+    report = bench_report(args, bench, copy_gb_s, tflops, start)
     files = write_outputs(report, args.out)
     print(markdown_report(report))
     print(f"wrote {', '.join(str(f) for f in files)} after {report['wall_s']:.0f} s")

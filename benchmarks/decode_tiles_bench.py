@@ -123,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     weights = random_weights_on_gpu(cfg, seed=0)
     copy_gb_s = measure_copy_gb_s()
     rows, first = [], {}
+    meta = run_meta("decode_tiles_bench.py", argv, model=args.model, mode=args.mode,
+                    context=args.context, copy_gb_s=copy_gb_s)
     for text, tiles, kernel in configs:
         print(f"[decode_tiles] {args.model} tiles {text or 'defaults'}", file=sys.stderr,
               flush=True)
@@ -141,9 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
         del session
         torch.cuda.empty_cache()
-    meta = run_meta("decode_tiles_bench.py", argv, model=args.model, mode=args.mode,
-                    context=args.context, copy_gb_s=copy_gb_s)
-    write_run(args.out, "decode_tiles", meta, rows, markdown(meta, rows))
+        # after every configuration, so that a run cut short keeps the ones it measured
+        write_run(args.out, "decode_tiles", meta, rows, markdown(meta, rows))
     return 0
 
 

@@ -5,7 +5,7 @@
 # TESTS=tests/gpu/test_decode.py, and TESTS_K selects tests by a pytest -k expression;
 # "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
 # benchmarks/decode_trace_bench.py with TRACE_ARGS, "compile" benchmarks/compile_bench.py
-# with COMPILE_ARGS). The test and sanitizer logs, the benchmarks' JSON, markdown and pictures and the gzipped
+# with COMPILE_ARGS). The steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped
 # traces go to $OUT (default ./out); with TGZ=1 also everything, logs included, as
 # $OUT/gpu_check.tgz.
 set -uo pipefail
@@ -59,7 +59,6 @@ fi
 # the traces compressed; the archive only with TGZ=1 (the device returns few files)
 for f in "$RUN"/decode_trace_B*.json; do [ -f "$f" ] && gzip -f "$f"; done
 [ "${TGZ:-0}" = 1 ] && tar czf "$OUT/gpu_check.tgz" -C "$RUN" .
-for f in "$RUN"/gpu_tests.log "$RUN"/sanitizer.log "$RUN"/*.json "$RUN"/*.md "$RUN"/*.png \
-         "$RUN"/*.json.gz; do
+for f in "$RUN"/*.log "$RUN"/*.json "$RUN"/*.md "$RUN"/*.png "$RUN"/*.json.gz; do
   [ -f "$f" ] && cp "$f" "$OUT/"
 done
