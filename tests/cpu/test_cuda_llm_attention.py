@@ -212,7 +212,7 @@ class Attn:
     pos - new + 1 .. pos), chunk outputs [1, K*G, NC, D] and [1, K*G, NC]."""
 
     def __init__(self, prog, rng, cache_dtype, G, D, C, T, pos, K=2, h=1, slot=0, slots=1,
-                 new=1):
+                 new=1, flat=False):
         self.prog, self.dt, self.G, self.D, self.C, self.T, self.pos = prog, cache_dtype, G, D, \
             C, T, pos
         self.K, self.h, self.slot, self.slots, self.NC = K, h, slot, slots, -(-C // T)
@@ -227,8 +227,9 @@ class Attn:
         self.names = {n: prog.tensor(cache_dtype if n in ("kc", "vc") else F, getattr(self, n))
                       for n in ("kc", "vc", "q", "kn", "vn")}
         self.pos_t = prog.tile(prog.tensor("int32", [pos]), "int32", (1,), (0,), (1,))
-        H = K * G
-        self.out, self.out_data = out_tensor(prog, F, (1, H, self.NC, D))
+        H, self.flat = K * G, flat  # flat: out [1, H*D], the one chunk's output (NC = 1)
+        assert not flat or self.NC == 1
+        self.out, self.out_data = out_tensor(prog, F, (1, H * D) if flat else (1, H, self.NC, D))
         self.lse, self.lse_data = out_tensor(prog, F, (1, H, self.NC))
 
     def head(self, a, width, row=0):
@@ -256,14 +257,18 @@ class Attn:
         kn, vn = (prog.tile(self.names[n], F, (self.new, self.K * D), (0, h * D),
                             (self.new, D)) for n in ("kn", "vn"))
         H = self.K * G
-        out = prog.tile(self.out, F, (1, H, self.NC, D), (0, G * h, c, 0), (1, G, 1, D))
+        out = prog.tile(self.out, F, (1, H * D), (0, G * D * h), (1, G * D)) if self.flat \
+            else prog.tile(self.out, F, (1, H, self.NC, D), (0, G * h, c, 0), (1, G, 1, D))
         lse = prog.tile(self.lse, F, (1, H, self.NC), (0, G * h, c), (1, G, 1))
         t = c * self.K + h
         prog.run(f"et_body_decode_attention({q}, {caches[0]}, {caches[1]}, {kn}, {vn}, "
                  f"{self.pos_t}, {out}, {lse}, {T}, {self.NC}, {self.K}, {t})")
         keys, values = self.keys(start, start + rows)
         o, lse_ = ref_attention(self.head(self.q, G * D).reshape(G, D), keys, values)
-        self.out_data[0, G * h:G * (h + 1), c] = o
+        if self.flat:
+            self.out_data[0, G * D * h:G * D * (h + 1)] = o.reshape(-1)
+        else:
+            self.out_data[0, G * h:G * (h + 1), c] = o
         self.lse_data[0, G * h:G * (h + 1), c] = lse_
         return o, lse_
 
@@ -277,7 +282,8 @@ def attention_case(prog, rng, cache_dtype, G, D, C, T, pos, chunks, idx=False, *
     for c in chunks:
         a.chunk(c, idx)
     a.check(f"attention {cache_dtype} G={G} D={D} C={C} T={T} p={pos} chunks={chunks}"
-            f"{' idx' if idx else ''}{' new=' + str(layout['new']) if 'new' in layout else ''}")
+            f"{' idx' if idx else ''}{' new=' + str(layout['new']) if 'new' in layout else ''}"
+            f"{' flat' if layout.get('flat') else ''}")
 
 
 def merge_case(prog, rng, G, D, m, dead=(), K=2, h=1, NC=None):
@@ -367,6 +373,14 @@ def build() -> Program:
     attention_case(prog, rng, B, 4, 64, 256, 64, 100, (0, 1, 2), new=5)   # rows 96 .. 100
     attention_case(prog, rng, F, 4, 64, 256, 64, 70, (0, 1, 2), new=71)   # the whole prompt
     attention_case(prog, rng, B, 2, 128, 128, 64, 64, (0, 1), new=2, **one)  # 63, 64
+    # one chunk over the whole context: the attention output itself, out [1, H*D] (fast path;
+    # the generic one for 2 words per row, G > 8 and a prompt chunk)
+    flat = {"flat": True}
+    attention_case(prog, rng, B, 4, 64, 512, 512, 300, (0,), **flat)
+    attention_case(prog, rng, F, 2, 128, 128, 128, 127, (0,), K=1, h=0, **flat)
+    attention_case(prog, rng, B, 2, 16, 64, 128, 40, (0,), slot=1, slots=3, **flat)
+    attention_case(prog, rng, F, 10, 32, 96, 96, 40, (0,), **flat)
+    attention_case(prog, rng, B, 4, 64, 256, 256, 100, (0,), new=5, **flat)
     for G, D, m, dead in ((1, 64, 1, ()), (4, 128, 5, (1, 4)), (8, 128, 32, (0, 31)),
                           (2, 64, 7, ()), (4, 6, 9, (2,)), (8, 4, 400, (5,))):
         merge_case(prog, rng, G, D, m, dead)

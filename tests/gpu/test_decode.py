@@ -68,6 +68,16 @@ def test_tiny_fused_or_folded_norms_match_reference(name, norm):
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_tiny_one_kv_chunk_matches_reference(name):
+    """One KV chunk over the whole context (96 positions): the attention tiles write the
+    attention output themselves, no merge."""
+    from eventtensor.models.decode import tiles_with
+    from eventtensor.models.gpu_decode import gpu_tiles
+    _tiny_steps_match_reference(name, 8, 4, tiles=tiles_with(gpu_tiles(get_config(name), 4),
+                                                            "kv_chunk=96"))
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
 def test_tiny_tensor_core_linears_match_reference(name):
     """Every linear on tensor cores (ET_LINEAR_MMA=1; unsplit q/k/v, gate and up, so that
     each K-slice is a multiple of 32)."""

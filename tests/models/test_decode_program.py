@@ -392,6 +392,35 @@ def test_folded_norms_match_reference(mode):
     _steps_close(cfg, random_weights(cfg, seed=9), FOLDED_TILES, mode, ["a", "b", "c"], 6)
 
 
+# one KV chunk of the whole context: no merge grid
+ONE_CHUNK_TILES = replace(TILES, kv_chunk=MAX_CONTEXT)
+
+
+def test_one_kv_chunk_leaves_no_merge():
+    """With one KV chunk (kv_chunk >= max_context) each attention tile writes the attention
+    output of its token and KV head itself: no merge grid, and an o_proj tile waits on the
+    attention tiles of its rows and heads."""
+    cfg = CONFIGS["tiny-llama"]
+    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, ONE_CHUNK_TILES))
+    assert not [g.name for g in program.grids if g.kind == "attn_merge"]
+    tables = build_tables(bind(program, {"B": 3}))
+    names = {tables.bound.task_name(t): t for t in range(tables.bound.num_tasks)}
+    # o_proj (m, n, s): row tile m = 1 (token 2), split s = KV head 1's columns
+    assert _producers(tables, names, "l0_o_proj(1, 0, 1)") == {"l0_attn(5)"}
+    assert _producers(tables, names, "l0_o_proj(0, 1, 0)") == {"l0_attn(0)", "l0_attn(2)"}
+
+
+@pytest.mark.parametrize("mode, tiles", [
+    ("static", ONE_CHUNK_TILES), ("dynamic", ONE_CHUNK_TILES), ("unfused", ONE_CHUNK_TILES),
+    # o_proj splits of half a head, of all heads; a chunk longer than the context
+    ("static", replace(ONE_CHUNK_TILES, o_split=4)),
+    ("static", replace(ONE_CHUNK_TILES, o_split=1)),
+    ("static", replace(ONE_CHUNK_TILES, kv_chunk=2 * MAX_CONTEXT, rows=1))])
+def test_one_kv_chunk_matches_reference(mode, tiles):
+    cfg = CONFIGS["tiny-qwen3"]
+    _steps_close(cfg, random_weights(cfg, seed=10), tiles, mode, ["a", "b", "c"], 7)
+
+
 # ------------------------------------------------------------------ task kinds
 
 def _run(kind: str, inputs: dict, outs: dict, params: dict, coords=None) -> dict:

@@ -42,7 +42,9 @@ Per layer l, tiles and events (events come from the tile regions unless named he
                           0..pos_b // T: chunks past a token's position are never run
   attn_merge (B, K)       waits on `planned` (so attn_plan is written), then on
                           `l{l}_attn_done[b, h]`, whose wait count n_b is read at run time
-                          from attn_plan; reads the n_b chunk partials
+                          from attn_plan; reads the n_b chunk partials. With one chunk
+                          (kv_chunk >= max_context) the attention tiles write the attention
+                          output themselves and o_proj waits on `l{l}_attn_done`: no merge
   o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
   attn_residual (mn, E/RT) x + sum of o partials; mlp_norm (mn)
   gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/stile), down_proj (mb, E/dtile, Sd): a down
@@ -197,10 +199,12 @@ class _Decode:
         return tensor_name(f"model.layers.{layer}.{name}.weight")
 
     def linear(self, name: str, x: str, w: str, out: str, n_cols: int, tile: int,
-               total: int, split: int, chunk: int, norm: tuple[str, str] | None = None) -> None:
+               total: int, split: int, chunk: int, norm: tuple[str, str] | None = None,
+               wait: dict[str, str] | None = None) -> None:
         """Split-K GEMV grid (mb, column tiles, split) of out[s, rows, cols] = x @ W^T; with
         `norm` (the sums of squares of x's residual tiles, the norm weight), of the RMSNorm
-        of x (norm_linear_partial)."""
+        of x (norm_linear_partial). `wait`: events it waits on (event -> map text) besides
+        those derived from its reads."""
         pb, rows = self.pb, self.rows
         cols, ks = _span("n", tile, total), f"{chunk}*s:{chunk}*s + {chunk}"
         pb.temp(out, (split, self.B, total))
@@ -214,7 +218,7 @@ class _Decode:
                            "cols": self.cfg.hidden_size})
             kind = "norm_linear_partial"
         pb.grid(name, kind, "mns", (self.mb, n_cols, split), reads=reads,
-                writes={out: f"s, {rows}, {cols}"}, params=params)
+                writes={out: f"s, {rows}, {cols}"}, params=params, wait=wait)
 
     def normed(self, name: str, x: str, w: str, h: str | None, out: str,
                has_sumsq: bool) -> tuple[str, tuple[str, str] | None]:
@@ -322,41 +326,53 @@ class _Decode:
                 params={"k": p + "k", "v": p + "v", "k_out": cache_name("k", i, out=True),
                         "v_out": cache_name("v", i, out=True)})
         # split-KV attention over a 1-D grid, so one trigger range per request covers the
-        # tiles of its live chunks: t = (b*NC + c)*K + h
-        NK = self.NC * K
+        # tiles of its live chunks: t = (b*NC + c)*K + h. With one chunk (NC == 1) a tile's
+        # normalised output is the attention output itself: the tiles write it and no merge
+        # follows.
+        NK, one_chunk = self.NC * K, self.NC == 1
         b, h, c = f"(t // {NK})", f"(t % {K})", f"((t // {K}) % {self.NC})"
         chunk = _span(c, self.T, self.C)
-        pb.temp(p + "o_chunks", (B, cfg.num_heads, self.NC, D))
-        pb.temp(p + "lse", (B, cfg.num_heads, self.NC))
-        pb.event(p + "attn_done", (B, K), wait_count="attn_plan[k, 2]")
         heads = f"{G}*{h}:{G}*{h} + {G}"
+        pb.temp(p + "attn", (B, cfg.q_size))
+        if one_chunk:  # (an explicit event: the regions of the flat grid are not derivable)
+            out, out_region = p + "attn", f"{b}, {GD}*{h}:{GD}*{h} + {GD}"
+            pb.event(p + "attn_done", (B, K))
+        else:
+            out, out_region = p + "o_chunks", f"{b}, {heads}, {c}, :"
+            pb.temp(out, (B, cfg.num_heads, self.NC, D))
+            pb.event(p + "attn_done", (B, K), wait_count="attn_plan[k, 2]")
+        notify = {p + "attn_done": f"t->{b}, {h}"}
+        pb.temp(p + "lse", (B, cfg.num_heads, self.NC))
         cache = f"slots[{b}], {h}, {chunk}, :"
         new = f"starts[{b}]:{b} + 1, {D}*{h}:{D}*{h} + {D}"  # the request's new rows so far
         pb.grid(p + "attn", "decode_attention", "t", (B * NK,),
                 reads={p + "q": f"{b}, {GD}*{h}:{GD}*{h} + {GD}", cache_name("k", i): cache,
                        cache_name("v", i): cache, p + "k": new, p + "v": new,
                        "positions": b},
-                writes={p + "o_chunks": f"{b}, {heads}, {c}, :", p + "lse": f"{b}, {heads}, {c}"},
-                notify={p + "attn_done": f"t->{b}, {h}"},
+                writes={out: out_region, p + "lse": f"{b}, {heads}, {c}"},
+                notify=notify,
                 wait={"planned": f"t->{b}",
                       p + "rope_done": f"t->0:{b} // {t.rows} + 1, {h}"},
                 params={"q": p + "q", "k_cache": cache_name("k", i),
                         "v_cache": cache_name("v", i),
                         "k_new": p + "k", "v_new": p + "v", "pos": "positions",
-                        "out": p + "o_chunks", "lse": p + "lse", "chunk": self.T,
+                        "out": out, "lse": p + "lse", "chunk": self.T,
                         "chunks": self.NC, "kv_heads": K})
         pb.trigger("planned", p + "attn", "k->attn_plan[k, 0]:attn_plan[k, 1]")
-        pb.temp(p + "attn", (B, cfg.q_size))
-        live = "0:attn_plan[b, 2]"
-        pb.grid(p + "attn_merge", "attn_merge", "bh", (B, K),
-                reads={p + "o_chunks": f"b, {G}*h:{G}*h + {G}, {live}, :",
-                       p + "lse": f"b, {G}*h:{G}*h + {G}, {live}"},
-                writes={p + "attn": f"b, {head['q']}"},
-                wait={"planned": "bh->b", p + "attn_done": "bh->bh"},
-                params={"parts": p + "o_chunks", "lse": p + "lse", "span_hint": self.NC})
-        n_e = -(-E // t.n_tile)
+        if not one_chunk:
+            live = "0:attn_plan[b, 2]"
+            pb.grid(p + "attn_merge", "attn_merge", "bh", (B, K),
+                    reads={p + "o_chunks": f"b, {G}*h:{G}*h + {G}, {live}, :",
+                           p + "lse": f"b, {G}*h:{G}*h + {G}, {live}"},
+                    writes={p + "attn": f"b, {head['q']}"},
+                    wait={"planned": "bh->b", p + "attn_done": "bh->bh"},
+                    params={"parts": p + "o_chunks", "lse": p + "lse", "span_hint": self.NC})
+        n_e, qc = -(-E // t.n_tile), self.qs  # split s: columns qc*s .. qc*s + qc - 1
+        # (one chunk: split s waits on the attention tiles of its rows and KV heads)
+        heads_of_s = f"{qc}*s // {GD}:({qc}*s + {qc + GD - 1}) // {GD}"
         self.linear(p + "o_proj", p + "attn", self.w(i, "self_attn.o_proj"), p + "o_part",
-                    n_e, t.n_tile, E, cfg.q_size // self.qs, self.qs)
+                    n_e, t.n_tile, E, cfg.q_size // qc, qc,
+                    wait={p + "attn_done": f"mns->{rows}, {heads_of_s}"} if one_chunk else None)
         h2 = self.residual(p + "attn_residual", x, p + "o_part", p + "x_mid",
                            norm=(self.w(i, "post_attention_layernorm"), p + "h2"),
                            sumsq=bool(t.fold_norm))

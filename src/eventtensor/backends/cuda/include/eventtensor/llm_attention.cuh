@@ -290,6 +290,15 @@ __device__ __forceinline__ bool et_kv_rows(const EtTileT<T>& t) {
     return ok;
 }
 
+// The offset of element e = g * D + d of an attention output tile: out [1, G, 1, D] (row g,
+// column d) or [1, G*D] (column e).
+template <typename O>
+__device__ __forceinline__ long long et_head_off(const EtTileT<O>& out, int e, int D) {
+    const int lo = out.rank - 1;
+    return out.rank == 2 ? et_row_off(out, 0) + et_off(out, lo, e)
+                         : et_row_off(out, e / D) + et_off(out, lo, e % D);
+}
+
 // One attention tile on the fast path: keys 0 .. past - 1 from the cache rows, key `past` (if
 // keys > past) the new one.
 template <typename C, typename O>
@@ -477,7 +486,7 @@ __device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a,
     float* Z = M + G;
     float* F = Z + G;
     const long long q0 = et_row_off(q, 0);
-    const int lq = q.rank - 1, lk = kc.rank - 1, lv = vc.rank - 1, lo = out.rank - 1;
+    const int lq = q.rank - 1, lk = kc.rank - 1, lv = vc.rank - 1;
     const int nb0 = first_new - past;  // new row of key j >= past: nb0 + j
     auto key = [&](int j, int d) {
         return j < past ? et_to_float(kc.p[et_row_off(kc, j) + et_off(kc, lk, d)])
@@ -487,7 +496,7 @@ __device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a,
         return j < past ? et_to_float(vc.p[et_row_off(vc, j) + et_off(vc, lv, d)])
                         : et_to_float(vn.p[et_row_off(vn, nb0 + j) + et_off(vn, vn.rank - 1, d)]);
     };
-    auto at = [&](int e) { return out.p + et_row_off(out, e / D) + et_off(out, lo, e % D); };
+    auto at = [&](int e) { return out.p + et_head_off(out, e, D); };
     for (int e = threadIdx.x; e < G * D; e += blockDim.x) *at(e) = et_from_float<O>(0.f);
     for (int g = threadIdx.x; g < G; g += blockDim.x) M[g] = et_neg_inf(), Z[g] = 0.f;
     const float scale = ET_LOG2E * rsqrtf((float)D);
@@ -546,6 +555,7 @@ __device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a,
 // p = pos[0], over the n new keys and values k_new, v_new [n, D] of its request in this step
 // (positions p0 = p - n + 1 .. p) that fall in the chunk and the cache rows k_cache, v_cache
 // [1, 1, T', D] of the chunk below p0 (rows at or past p0 are never read); out [1, G, 1, D]
+// (a chunk's partial) or [1, G*D] (the attention output, where one chunk covers the context)
 // the normalised softmax(q K^T / sqrt(D)) V, lse [1, G, 1] the natural log-sum-exp of the
 // scaled scores; with nothing visible lse = -inf and out = 0. The fast path
 // (et_attention_fast) takes one new row (decode), float q, k_new, v_new runs and cache rows
@@ -566,8 +576,7 @@ __device__ __forceinline__ void et_body_decode_attention(
     const int keys = past + (end > first ? end - first : 0);
     if (keys == 0) {
         for (int e = threadIdx.x; e < G * D; e += blockDim.x)
-            out.p[et_row_off(out, e / D) + et_off(out, out.rank - 1, e % D)] =
-                et_from_float<O>(0.f);
+            out.p[et_head_off(out, e, D)] = et_from_float<O>(0.f);
         for (int g = threadIdx.x; g < G; g += blockDim.x)
             lse.p[et_row_off(lse, g) + et_off(lse, lse.rank - 1, 0)] =
                 et_from_float<O>(et_neg_inf());
@@ -578,13 +587,14 @@ __device__ __forceinline__ void et_body_decode_attention(
     if (((ET_ATTN_GROUPS >> gp) & 1) && blockDim.x == 256 && G >= 1 && G <= 8 && D / V >= 4 &&
         D / V <= 32 &&
         keys * gp <= ET_LLM_SMEM_BYTES / 4 && et_kv_rows(k_cache) && et_kv_rows(v_cache) &&
-        et_float_run(q) && et_float_run(k_new) && et_float_run(v_new) && out.rank == 4 &&
-        lse.rank == 3 && et_plain(out) && et_plain(lse)) {
-        const int r = k_cache.rank - 2;
+        et_float_run(q) && et_float_run(k_new) && et_float_run(v_new) &&
+        (out.rank == 4 || out.rank == 2) && lse.rank == 3 && et_plain(out) && et_plain(lse)) {
+        const int r = k_cache.rank - 2, od = (int)out.s[out.rank - 1];
         const EtAttn<C, O> a = {et_floats(q.p), et_floats(k_new.p), et_floats(v_new.p),
                                 k_cache.p, v_cache.p, out.p, lse.p,
-                                (int)k_cache.s[r], (int)v_cache.s[r], (int)out.s[1],
-                                (int)out.s[3], (int)lse.s[1], G, D, past, keys};
+                                (int)k_cache.s[r], (int)v_cache.s[r],
+                                out.rank == 4 ? (int)out.s[1] : D * od, od, (int)lse.s[1], G,
+                                D, past, keys};
         if constexpr ((ET_ATTN_GROUPS >> 2) & 1)
             if (gp == 2) return et_attention_fast<2>(a);
         if constexpr ((ET_ATTN_GROUPS >> 4) & 1)
