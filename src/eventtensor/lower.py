@@ -95,9 +95,12 @@ def bind(program: Program, env: Mapping[str, int]) -> Bound:
     rank = max((len(g.axes) for g in program.grids), default=0)
     grid_ids, coords = [], []
     total = 0
+    by_extent: dict[tuple[int, ...], np.ndarray] = {}  # (a model's layers share extents)
     for gi, g in enumerate(program.grids):
         task_base[g.name] = total
-        c = grid_coords(extents[g.name], rank)
+        c = by_extent.get(extents[g.name])
+        if c is None:
+            c = by_extent[extents[g.name]] = grid_coords(extents[g.name], rank)
         coords.append(c)
         grid_ids.append(np.full(len(c), gi, np.int32))
         total += len(c)
@@ -159,14 +162,26 @@ class Tables:
         return self.bound.program
 
 
-def grid_elements(b: Bound, edge: Edge) -> tuple[np.ndarray, np.ndarray]:
-    """(task ids, global element ids) pairs of an affine edge over all tasks of its grid."""
+def grid_elements(b: Bound, edge: Edge, memo: dict | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(task ids, global element ids) pairs of an affine edge over all tasks of its grid.
+    `memo` (one per binding) shares the enumeration between edges of equal maps over grids
+    of equal extents and events of equal shapes (a model's layers), which differ only in
+    their first task and element."""
     rows = b.grid_tasks(edge.grid)
-    what = f"{edge.kind} edge {edge.grid} -> {edge.event}, task "
-    counts, flat = edge.map.ragged_elements(
-        b.grid_env(edge.grid), b.event_shapes[edge.event], len(rows),
-        lambda i: what + b.task_name(rows.start + i))
-    return np.repeat(np.arange(rows.start, rows.stop), counts), flat + b.event_base[edge.event]
+    shape = b.event_shapes[edge.event]
+    key = (edge.map, b.grid_extents[edge.grid], shape)
+    found = memo.get(key) if memo is not None else None
+    if found is None:
+        what = f"{edge.kind} edge {edge.grid} -> {edge.event}, task "
+        counts, flat = edge.map.ragged_elements(
+            b.grid_env(edge.grid), shape, len(rows),
+            lambda i: what + b.task_name(rows.start + i))
+        found = np.repeat(np.arange(len(rows)), counts), flat
+        if memo is not None:
+            memo[key] = found
+    local_tasks, local_elems = found
+    return local_tasks + rows.start, local_elems + b.event_base[edge.event]
 
 
 def _pairs_csr(n: int, pairs: list[tuple[np.ndarray, np.ndarray]], unique: bool):
@@ -194,6 +209,7 @@ def build_tables(b: Bound) -> Tables:
     dyn: dict[int, list[int]] = {}
     trig: dict[int, list[int]] = {}
     gidx = {g.name: i for i, g in enumerate(p.grids)}
+    memo: dict = {}
     for ei, edge in enumerate(p.edges):
         gi = gidx[edge.grid]
         if edge.kind == "trigger":
@@ -202,7 +218,7 @@ def build_tables(b: Bound) -> Tables:
         if edge.map.is_data_dependent:
             dyn.setdefault(gi, []).append(ei)
             continue
-        pairs = grid_elements(b, edge)
+        pairs = grid_elements(b, edge, memo)
         (waits if edge.kind == "wait" else notifies).append(pairs)
         if edge.on_skip:
             skips.append(pairs)
