@@ -67,6 +67,14 @@ def test_tiny_fused_or_folded_norms_match_reference(name, norm):
                                                             f"{norm}=1,residual_tile=32"))
 
 
+@pytest.mark.parametrize("options", [{"knobs": {"ET_PREFETCH_OWN": 1}},
+                                     {"fast_compile": "mid"}], ids=["prefetch_own", "mid"])
+def test_tiny_kernel_options_match_reference(options):
+    """A waiting task's own tiles prefetched into L2 (ET_PREFETCH_OWN), and the kernel
+    compiled at NVRTC's --Ofast-compile=mid."""
+    _tiny_steps_match_reference("tiny-qwen3", 6, 5, **options)
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
 def test_tiny_one_kv_chunk_matches_reference(name):
     """One KV chunk over the whole context (96 positions): the attention tiles write the
