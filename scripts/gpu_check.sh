@@ -11,6 +11,7 @@
 set -uo pipefail
 OUT="${OUT:-out}"
 STEPS="${STEPS:-tests sanitizer bench decode}"
+FAIL=0  # 1 once a step fails or runs past its time bound: the exit status
 mkdir -p "$OUT"
 RUN="$(mktemp -d)"
 export PYTHONPATH=src PYTHONUNBUFFERED=1 EVENTTENSOR_CACHE="${EVENTTENSOR_CACHE:-/tmp/et-cache}"
@@ -21,7 +22,7 @@ python3 -c "from cuda.bindings import nvrtc; print('nvrtc', nvrtc.nvrtcVersion()
 # (each step bounded, so that the archive is written within the GPU machine's command limit)
 if has tests; then
   timeout "${TEST_TIMEOUT:-480}" python3 -m pytest -q -x ${TESTS:-tests/gpu} ${TESTS_K:+-k "$TESTS_K"} \
-    -p no:cacheprovider --durations=8 2>&1 | tee "$RUN/gpu_tests.log"
+    -p no:cacheprovider --durations=8 2>&1 | tee "$RUN/gpu_tests.log" || FAIL=1
 fi
 if has sanitizer; then
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
@@ -37,28 +38,29 @@ if has sanitizer; then
 fi
 if has bench; then
   timeout "${BENCH_TIMEOUT:-480}" python3 benchmarks/megakernel_bench.py --out "$RUN" 2>&1 \
-    | tee "$RUN/bench.log"
+    | tee "$RUN/bench.log" || FAIL=1
 fi
 if has compile; then
   timeout "${COMPILE_TIMEOUT:-120}" python3 benchmarks/compile_bench.py ${COMPILE_ARGS:-} \
     --out "$RUN" 2>&1 \
-    | tee "$RUN/compile_bench.log"
+    | tee "$RUN/compile_bench.log" || FAIL=1
 fi
 if has tiles; then
   timeout "${TILES_TIMEOUT:-480}" python3 benchmarks/decode_tiles_bench.py ${TILES_ARGS:-} \
-    --out "$RUN" 2>&1 | tee "$RUN/decode_tiles.log"
+    --out "$RUN" 2>&1 | tee "$RUN/decode_tiles.log" || FAIL=1
 fi
 if has trace; then
   timeout "${TRACE_TIMEOUT:-300}" python3 benchmarks/decode_trace_bench.py ${TRACE_ARGS:-} \
-    --out "$RUN" 2>&1 | tee "$RUN/decode_trace.log"
+    --out "$RUN" 2>&1 | tee "$RUN/decode_trace.log" || FAIL=1
 fi
 if has decode; then
   timeout "${DECODE_TIMEOUT:-480}" python3 benchmarks/decode_bench.py ${DECODE_ARGS:---quick} \
-    --out "$RUN" 2>&1 | tee "$RUN/decode_bench.log"
+    --out "$RUN" 2>&1 | tee "$RUN/decode_bench.log" || FAIL=1
 fi
 # the traces compressed; the archive only with TGZ=1 (the device returns few files)
 for f in "$RUN"/decode_trace_B*.json; do [ -f "$f" ] && gzip -f "$f"; done
 [ "${TGZ:-0}" = 1 ] && tar czf "$OUT/gpu_check.tgz" -C "$RUN" .
 for f in "$RUN"/*.log "$RUN"/*.json "$RUN"/*.md "$RUN"/*.png "$RUN"/*.json.gz; do
-  [ -f "$f" ] && cp "$f" "$OUT/"
+  if [ -f "$f" ]; then cp "$f" "$OUT/"; fi
 done
+exit "$FAIL"

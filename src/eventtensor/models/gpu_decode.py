@@ -51,10 +51,12 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 
 # The device-library knobs of the decode kernel: no L2 prefetch of the next task's tiles (the
 # prefetches in flight delay the release fence of every small task on the step's critical
-# path) and weights loaded evict-first (the kernel's code, activations and KV rows stay in
-# L2). Llama-3.2-1B, context 512: 2.865 to 2.246 ms at B = 1, 8.165 to 8.143 ms at B = 16
-# (benchmarks/results/prefetch/decode_prefetch.md).
-DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1}
+# path), weights loaded evict-first (the kernel's code, activations and KV rows stay in L2):
+# Llama-3.2-1B, context 512: 2.865 to 2.246 ms at B = 1, 8.165 to 8.143 ms at B = 16
+# (benchmarks/results/prefetch/decode_prefetch.md); and linears of 8 rows or more on tensor
+# cores: 22.92 to 19.03 ms at B = 64, B = 1 and 16 unchanged (2.03, 7.25 ms;
+# benchmarks/results/decode_tiles.md).
+DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8}
 
 
 def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
