@@ -250,7 +250,13 @@ def plot(report: dict[str, Any], path: Path) -> None:
     contexts = report["contexts"]
     fig, axes = plt.subplots(1, len(contexts), figsize=(6 * len(contexts), 4.5), squeeze=False)
     for ax, context in zip(axes[0], contexts):
+        ax.set_title(f"{report['model']}, context {context}")
         rows = [r for r in report["rows"] if r["context"] == context]
+        if not rows:                        # a partial report: nothing to draw, no log scale
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center",
+                    transform=ax.transAxes)
+            ax.set_axis_off()
+            continue
         for i, name in enumerate(report["paths"]):
             pts = [(r["batch"], r["ms"][name]) for r in rows if r["ms"].get(name) is not None]
             if pts:
@@ -262,7 +268,6 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("batch (requests)")
         ax.set_ylabel("ms per decode step")
-        ax.set_title(f"{report['model']}, context {context}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -136,6 +136,16 @@ def test_write_outputs(bench, tmp_path):
     assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_of_a_partial_report(bench, tmp_path):
+    """A run cut short after its first context still gets its picture (the second panel says
+    it was not measured instead of failing on a log scale with no data)."""
+    report = make_report(bench)
+    report["rows"] = [r for r in report["rows"] if r["context"] == 512]
+    path = tmp_path / "partial.png"
+    bench.plot(report, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_spread(bench):
     assert bench.spread([1, 2, 4, 8, 16, 32, 64], 3) == [1, 8, 64]
     assert bench.spread([1, 2, 4, 8, 16, 32, 64], 2) == [1, 64]
