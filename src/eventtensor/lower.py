@@ -317,10 +317,14 @@ def task_predecessors(tables: Tables) -> list[set[int]]:
 
 def check_acyclic(tables: Tables) -> None:
     """CycleError if tasks wait on each other in a cycle. Fast path: an acyclic grid graph
-    without intra-grid waits has no task-level cycle; otherwise tasks are sorted one by one."""
-    self_wait = any(e.grid == n.grid and e.event == n.event for e in tables.program.edges
-                    if e.kind in ("wait", "trigger") for n in tables.program.edges
-                    if n.kind == "notify")
+    without intra-grid waits has no task-level cycle; otherwise tasks are sorted one by one.
+    A grid that waits on elements of an event it notifies only where the two maps are fixed
+    to different constants (a stage barrier: wait on s - 1, notify s) waits on other grids."""
+    edges = tables.program.edges
+    self_wait = any(w.grid == n.grid and w.event == n.event and
+                    (w.kind == "trigger" or _may_meet(n.map, w.map))
+                    for w in edges if w.kind in ("wait", "trigger")
+                    for n in edges if n.kind == "notify")
     if self_wait or grid_order(grid_graph(tables.program)) is None:
         topological_order(tables)
 

@@ -1,4 +1,6 @@
 """Every validation error, each checked to name the task grid, event, tensor or symbol at fault."""
+import importlib
+
 import pytest
 
 from eventtensor import ProgramBuilder, bind, run_pipeline
@@ -134,6 +136,32 @@ def test_cycle_names_tasks_and_grids():
     with pytest.raises(CycleError, match=r"dependency cycle between task grids f, g.*"
                                          r"f\(0\) <- g\(0\) <- f\(0\)"):
         run_pipeline(pb.build())
+
+
+def test_task_waiting_on_its_own_notify_is_a_cycle():
+    pb = ProgramBuilder("self_wait")
+    pb.input("A", (4, 2))
+    pb.output("o", (4, 1))
+    pb.event("E", (4,))
+    pb.grid("g", "row_sum", "i", (4,), reads={"A": "i, :"}, writes={"o": "i, :"},
+            wait={"E": "i->i"}, notify={"E": "i->i"})
+    with pytest.raises(CycleError, match=r"g\(0\) <- g\(0\)"):
+        run_pipeline(pb.build())
+
+
+def test_stage_barriers_are_checked_grid_by_grid(monkeypatch):
+    """Unfused mode's barriers (each grid waits on element s - 1 of the event it notifies at
+    s) are no intra-grid waits: the acyclicity check stays on the grid graph instead of
+    sorting every task (minutes for a decode step's dense barrier edges)."""
+    from eventtensor.schedule.unfused import unfuse
+    lower = importlib.import_module("eventtensor.lower")     # the package exports lower()
+
+    tables = lower.build_tables(bind(run_pipeline(unfuse(run_pipeline(chain()))), {"n": 8}))
+
+    def sort_tasks(_):
+        raise AssertionError("stage barriers sent the check to the task-level sort")
+    monkeypatch.setattr(lower, "topological_order", sort_tasks)
+    lower.check_acyclic(tables)
 
 
 def test_read_of_tensor_nobody_writes():
