@@ -226,12 +226,13 @@ CASES = [
         (1, 1024, 40, {"out": Tile((2, 3, 60), (1, 1, 4), (1, 1, 40))}))),
     # linear_partial on tensor cores (et_linear_mma, from 8 rows; x rows 16-byte aligned:
     # x_cols 4): 1, 2 and 4 row tiles of 16, clipped rows and column tiles, two blocks of 64
-    # rows, a split-K slice of x and w, a rank-3 out; below the threshold, bf16 x (not
+    # rows, a split-K slice of x and w, k of 10 blocks over two passes of column tiles, a
+    # rank-3 out; below the threshold, bf16 x (not
     # float) and k not a multiple of 32, the CUDA-core paths
     *(linear(n, k, c, x_cols=4, mma=8, **kw) for n, k, c, kw in (
         (16, 256, 64, {}), (8, 512, 40, {}), (17, 128, 24, {}), (64, 64, 200, {}),
         (33, 96, 8, {}), (70, 32, 16, {}), (13, 64, 36, {"x_lo": (1, 64)}),
-        (16, 128, 72, {"w_shape": (100, 512), "w_lo": (8, 256)}),
+        (16, 128, 72, {"w_shape": (100, 512), "w_lo": (8, 256)}), (20, 320, 136, {}),
         (9, 32, 24, {"out": Tile((2, 10, 30), (1, 1, 4), (1, 9, 24))}),
         (4, 128, 32, {}), (16, 64, 32, {"dtype": B}), (16, 48, 32, {}))),
     # linear_partial, lane groups (et_dot2): k not a multiple of 8, unaligned weight rows
@@ -392,12 +393,12 @@ def expectations(case: Case, vals: dict):
     return out
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("llm_dense")
+def run_cases(tmp, all_cases, prelude=PRELUDE):
+    """Each case's body on the host emulation (compiled with `prelude`): per case, its out
+    tensors by role and its expectations (reference and tolerance by role)."""
     rng = np.random.default_rng(11)
     layout, blocks, cases = Layout(), [], []
-    for i, case in enumerate(CASES):
+    for i, case in enumerate(all_cases):
         vals = make_inputs(case, rng)
         lines, names, outs = [f"{{  // case {i}: {case.kind}"], [], {}
         for role, t in (*case.ins.items(), *case.outs.items()):
@@ -423,7 +424,7 @@ def results(tmp_path_factory):
         "std::fclose(in);", *blocks,
         f'FILE* out = std::fopen("{back}", "wb");',
         f"std::fwrite(D, 1, {layout.size}, out);", "std::fclose(out);"])
-    run_host(tmp, main, headers=HEADERS, prelude=PRELUDE)
+    run_host(tmp, main, headers=HEADERS, prelude=prelude)
     raw = back.read_bytes()
     got = []
     for case, outs, expect in cases:
@@ -436,14 +437,27 @@ def results(tmp_path_factory):
     return got
 
 
-def case_id(case: Case) -> str:
-    return case.kind + "-" + "-".join("x".join(map(str, t.n)) for t in case.ins.values())
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp("llm_dense"), CASES)
 
 
-@needs_cxx
-@pytest.mark.parametrize("i", range(len(CASES)), ids=[case_id(c) for c in CASES])
-def test_body_matches_reference(results, i):
-    tensors, expect = results[i]
+MMA_CASES = [c for c in CASES if c.mma]
+# et_linear_mma's shape knobs besides the default (NT 2, KU 4): one tile a warp with one
+# block of k a round, and four tiles with rounds of three blocks (k of 32 to 512: rounds
+# cut short, tiles past the last column)
+MMA_SHAPES = [(1, 1), (4, 3)]
+
+
+@pytest.fixture(scope="module", params=MMA_SHAPES, ids=[f"nt{n}-ku{k}" for n, k in MMA_SHAPES])
+def mma_shape_results(request, tmp_path_factory):
+    nt, ku = request.param
+    prelude = PRELUDE + f"#define ET_LINEAR_MMA_NT {nt}\n#define ET_LINEAR_MMA_KU {ku}\n"
+    return run_cases(tmp_path_factory.mktemp(f"mma_nt{nt}_ku{ku}"), MMA_CASES, prelude)
+
+
+def check_outputs(tensors, expect):
+    """Each out tensor equal to its reference or within its tolerance (NaN where it is)."""
     for role, (want, tol) in expect.items():
         got = tensors[role]
         if want.dtype == np.int32:
@@ -454,6 +468,22 @@ def test_body_matches_reference(results, i):
         bad = ~(same | close)
         assert not bad.any(), (f"{role}: {bad.sum()} cells off, first at "
                                f"{np.argwhere(bad)[0]}: got {got[bad][0]}, want {want[bad][0]}")
+
+
+def case_id(case: Case) -> str:
+    return case.kind + "-" + "-".join("x".join(map(str, t.n)) for t in case.ins.values())
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(CASES)), ids=[case_id(c) for c in CASES])
+def test_body_matches_reference(results, i):
+    check_outputs(*results[i])
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(MMA_CASES)), ids=[case_id(c) for c in MMA_CASES])
+def test_mma_shapes_match_reference(mma_shape_results, i):
+    check_outputs(*mma_shape_results[i])
 
 
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"]
@@ -512,12 +542,13 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")
 @pytest.mark.parametrize("defines, spill", [([], 0), (["-DET_WEIGHTS_EVICT_FIRST=1"], 8),
-                                            (["-DET_LINEAR_MMA=8"], 0)])
+                                            (["-DET_LINEAR_MMA=8"], 4)])
 def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
     spills registers; with weights loaded evict-first (an opt-in knob), one 8-byte spill in
-    the one-row, 8-rows-per-thread pass; the tensor-core path (ET_LINEAR_MMA) spills
-    nothing. The streaming passes that fold an RMSNorm into x (SCALED) and the
+    the one-row, 8-rows-per-thread pass; with the tensor-core path (ET_LINEAR_MMA), whose
+    functions spill nothing, a 4-byte spill in the body that calls them (the registers it
+    keeps across the call). The streaming passes that fold an RMSNorm into x (SCALED) and the
     norm_linear_partial bodies may spill up to 16 bytes."""
     src = tmp_path / "dense.cu"
     src.write_text(INSTANCES)

@@ -688,55 +688,98 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
     lo[0] = et_bf16x2(r[0], r[1]), lo[1] = et_bf16x2(r[2], r[3]);
 }
 
-// linear_partial on tensor cores, rows <= 16 * MT of x: warp w takes the column tiles of 8
-// weight rows w, w + warps, ...; per block of 32 of k, lane l = 4 g + q loads the 16-byte
-// word of weight row g at k 8q .. 8q + 7 (a warp: 8 rows x 64 contiguous bytes) and runs two
-// MMAs per 16 rows of x, the first on the word's k 8q .. 8q + 3, the second on 8q + 4 ..
-// 8q + 7: the MMA's k index kk stands for the block's k 8q + 4h + 2 (kk / 8) + kk % 2 (q =
-// kk % 8 / 2) in both operands, so A's registers are the float4 of x rows g, g + 8 at k
-// 8q + 4h, split into bf16 hi and lo parts (two MMAs each). Accumulators in float; k a
-// multiple of 32, x rows 16-byte aligned with unit column stride, w's rows whole words.
+// Column tiles of 8 weight rows a warp of et_linear_mma takes at once (they share its x
+// fragments), and blocks of 32 of k per round of weight loads (the next round's loads are in
+// flight during this round's MMAs: 2 * KU * NT words a lane).
+#ifndef ET_LINEAR_MMA_NT
+#define ET_LINEAR_MMA_NT 2
+#endif
+#ifndef ET_LINEAR_MMA_KU
+#define ET_LINEAR_MMA_KU 4
+#endif
+
+// linear_partial on tensor cores, rows <= 16 * MT of x: warp w takes NT column tiles of 8
+// weight rows at a time (tiles NT w .. NT w + NT - 1, then NT warps further on); per block
+// of 32 of k, lane l = 4 g + q loads, of each tile, the 16-byte word of weight row g at k
+// 8q .. 8q + 7 (a warp: 8 rows x 64 contiguous bytes) and runs two MMAs per 16 rows of x,
+// the first on the word's k 8q .. 8q + 3, the second on 8q + 4 .. 8q + 7: the MMA's k index
+// kk stands for the block's k 8q + 4h + 2 (kk / 8) + kk % 2 (q = kk % 8 / 2) in both
+// operands, so A's registers are the float4 of x rows g, g + 8 at k 8q + 4h, split into bf16
+// hi and lo parts (two MMAs each). Rounds of KU blocks, the next round loaded before this
+// one's MMAs. Accumulators in float; k a multiple of 32, x rows 16-byte aligned with unit
+// column stride, w's rows whole words.
 template <int MT, typename O>
 __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* out,
                                            EtLinear g) {
     constexpr bool HINT = ET_WEIGHTS_EVICT_FIRST;
+    constexpr int NT = ET_LINEAR_MMA_NT, KU = ET_LINEAR_MMA_KU;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
     const float4 zero = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1
-    for (int j0 = 8 * warp; j0 < g.cols; j0 += 8 * warps) {
-        float acc[MT][4] = {};
-        const int j = j0 + gr;
-        const et_bf16* wr = w + (long long)j * g.wr + 8 * q;
+    for (int j0 = 8 * NT * warp; j0 < g.cols; j0 += 8 * NT * warps) {
+        const et_bf16* wr[NT];
+        bool live[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const int j = j0 + 8 * t + gr;
+            live[t] = j < g.cols;
+            wr[t] = w + (long long)(live[t] ? j : 0) * g.wr + 8 * q;
+        }
+        auto load = [&](EtWord16 (&words)[KU][NT], int kb) {
+#pragma unroll
+            for (int u = 0; u < KU; ++u)
+#pragma unroll
+                for (int t = 0; t < NT; ++t)
+                    words[u][t] = live[t] && kb + 32 * u < g.k
+                                      ? et_load_weight_word<HINT>(wr[t] + kb + 32 * u)
+                                      : EtWord16{};
+        };
+        float acc[MT][NT][4] = {};
+        EtWord16 cur[KU][NT], nxt[KU][NT] = {};
+        load(cur, 0);
 #pragma unroll 1
-        for (int kb = 0; kb < g.k; kb += 32) {
-            const EtWord16 wv = j < g.cols ? et_load_weight_word<HINT>(wr + kb) : EtWord16{};
+        for (int kb = 0; kb < g.k; kb += 32 * KU) {
+            if (kb + 32 * KU < g.k) load(nxt, kb + 32 * KU);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const unsigned b[2] = {wv.u[2 * h], wv.u[2 * h + 1]};
+            for (int u = 0; u < KU; ++u) {
+                if (kb + 32 * u >= g.k) break;  // (warp-uniform) the last round's end
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                    const int r = 16 * mt + gr, k0 = kb + 8 * q + 4 * h;
-                    const float4 x0 = r < g.rows ? et_load4(x + r * g.xr + k0) : zero;
-                    const float4 x1 = r + 8 < g.rows ? et_load4(x + (r + 8) * g.xr + k0) : zero;
-                    unsigned hi0[2], lo0[2], hi1[2], lo1[2];
-                    et_split_bf16(x0, hi0, lo0);
-                    et_split_bf16(x1, hi1, lo1);
-                    const unsigned ah[4] = {hi0[0], hi1[0], hi0[1], hi1[1]};
-                    const unsigned al[4] = {lo0[0], lo1[0], lo0[1], lo1[1]};
-                    et_mma_bf16(acc[mt], ah, b);
-                    et_mma_bf16(acc[mt], al, b);
-                }
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const int r = 16 * mt + gr, k0 = kb + 32 * u + 8 * q + 4 * h;
+                        const float4 x0 = r < g.rows ? et_load4(x + r * g.xr + k0) : zero;
+                        const float4 x1 =
+                            r + 8 < g.rows ? et_load4(x + (r + 8) * g.xr + k0) : zero;
+                        unsigned hi0[2], lo0[2], hi1[2], lo1[2];
+                        et_split_bf16(x0, hi0, lo0);
+                        et_split_bf16(x1, hi1, lo1);
+                        const unsigned ah[4] = {hi0[0], hi1[0], hi0[1], hi1[1]};
+                        const unsigned al[4] = {lo0[0], lo1[0], lo0[1], lo1[1]};
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) {
+                            const unsigned b[2] = {cur[u][t].u[2 * h], cur[u][t].u[2 * h + 1]};
+                            et_mma_bf16(acc[mt][t], ah, b);
+                            et_mma_bf16(acc[mt][t], al, b);
+                        }
+                    }
             }
+#pragma unroll
+            for (int u = 0; u < KU; ++u)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) cur[u][t] = nxt[u][t];
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = 16 * mt + gr + 8 * (i >> 1), c = j0 + 2 * q + (i & 1);
-                if (r < g.rows && c < g.cols)
-                    out[r * g.dr + c * g.dc] = et_from_float<O>(acc[mt][i]);
-            }
+            for (int t = 0; t < NT; ++t)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int r = 16 * mt + gr + 8 * (i >> 1), c = j0 + 8 * t + 2 * q + (i & 1);
+                    if (r < g.rows && c < g.cols)
+                        out[r * g.dr + c * g.dc] = et_from_float<O>(acc[mt][t][i]);
+                }
     }
 }
 
