@@ -13,7 +13,7 @@ must keep their sentinel."""
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -443,17 +443,26 @@ def results(tmp_path_factory):
 
 
 MMA_CASES = [c for c in CASES if c.mma]
-# et_linear_mma's shape knobs besides the default (NT 2, KU 4): one tile a warp with one
-# block of k a round, and four tiles with rounds of three blocks (k of 32 to 512: rounds
-# cut short, tiles past the last column)
-MMA_SHAPES = [(1, 1), (4, 3)]
+# et_linear_mma's knobs besides the default (NT 2, KU 4, LO 1): one tile a warp with one
+# block of k a round, four tiles with rounds of three blocks (k of 32 to 512: rounds cut
+# short, tiles past the last column), and x rounded to bf16 (LO 0; x drawn as bf16 values,
+# so that the reference is exact)
+MMA_VARIANTS = [(1, 1, 1), (4, 3, 1), (2, 4, 0)]
 
 
-@pytest.fixture(scope="module", params=MMA_SHAPES, ids=[f"nt{n}-ku{k}" for n, k in MMA_SHAPES])
-def mma_shape_results(request, tmp_path_factory):
-    nt, ku = request.param
-    prelude = PRELUDE + f"#define ET_LINEAR_MMA_NT {nt}\n#define ET_LINEAR_MMA_KU {ku}\n"
-    return run_cases(tmp_path_factory.mktemp(f"mma_nt{nt}_ku{ku}"), MMA_CASES, prelude)
+def bf16_normal(rng, shape):
+    return round_to_dtype(B, normal(rng, shape))
+
+
+@pytest.fixture(scope="module", params=MMA_VARIANTS,
+                ids=[f"nt{n}-ku{k}-lo{lo}" for n, k, lo in MMA_VARIANTS])
+def mma_variant_results(request, tmp_path_factory):
+    nt, ku, lo = request.param
+    prelude = PRELUDE + "".join(f"#define ET_LINEAR_MMA_{name} {v}\n"
+                                for name, v in (("NT", nt), ("KU", ku), ("LO", lo)))
+    cases = MMA_CASES if lo else [replace(c, data={**c.data, "x": bf16_normal})
+                                  for c in MMA_CASES]
+    return run_cases(tmp_path_factory.mktemp(f"mma_nt{nt}_ku{ku}_lo{lo}"), cases, prelude)
 
 
 def check_outputs(tensors, expect):
@@ -482,8 +491,8 @@ def test_body_matches_reference(results, i):
 
 @needs_cxx
 @pytest.mark.parametrize("i", range(len(MMA_CASES)), ids=[case_id(c) for c in MMA_CASES])
-def test_mma_shapes_match_reference(mma_shape_results, i):
-    check_outputs(*mma_shape_results[i])
+def test_mma_variants_match_reference(mma_variant_results, i):
+    check_outputs(*mma_variant_results[i])
 
 
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"]

@@ -697,6 +697,11 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
 #ifndef ET_LINEAR_MMA_KU
 #define ET_LINEAR_MMA_KU 4
 #endif
+// 1: x as bf16 hi and lo parts, two MMAs each (x kept to about 16 bits of mantissa);
+// 0: x rounded to bf16, one MMA (half the tensor-core and split work, x as a bf16 model has it)
+#ifndef ET_LINEAR_MMA_LO
+#define ET_LINEAR_MMA_LO 1
+#endif
 
 // linear_partial on tensor cores, rows <= 16 * MT of x: warp w takes NT column tiles of 8
 // weight rows at a time (tiles NT w .. NT w + NT - 1, then NT warps further on); per block
@@ -705,9 +710,9 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
 // the first on the word's k 8q .. 8q + 3, the second on 8q + 4 .. 8q + 7: the MMA's k index
 // kk stands for the block's k 8q + 4h + 2 (kk / 8) + kk % 2 (q = kk % 8 / 2) in both
 // operands, so A's registers are the float4 of x rows g, g + 8 at k 8q + 4h, split into bf16
-// hi and lo parts (two MMAs each). Rounds of KU blocks, the next round loaded before this
-// one's MMAs. Accumulators in float; k a multiple of 32, x rows 16-byte aligned with unit
-// column stride, w's rows whole words.
+// hi and lo parts (two MMAs each; hi alone with ET_LINEAR_MMA_LO 0). Rounds of KU blocks, the
+// next round loaded before this one's MMAs. Accumulators in float; k a multiple of 32, x rows
+// 16-byte aligned with unit column stride, w's rows whole words.
 template <int MT, typename O>
 __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* out,
                                            EtLinear g) {
@@ -761,7 +766,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                         for (int t = 0; t < NT; ++t) {
                             const unsigned b[2] = {cur[u][t].u[2 * h], cur[u][t].u[2 * h + 1]};
                             et_mma_bf16(acc[mt][t], ah, b);
-                            et_mma_bf16(acc[mt][t], al, b);
+                            if constexpr (ET_LINEAR_MMA_LO) et_mma_bf16(acc[mt][t], al, b);
                         }
                     }
             }
