@@ -495,6 +495,23 @@ def test_mma_variants_match_reference(mma_variant_results, i):
     check_outputs(*mma_variant_results[i])
 
 
+# the CUDA-core linear paths with ET_LINEAR_CORE_ROWS 2: more rows in blocks of 2 and 1
+CORE_CASES = [c for c in CASES if c.kind in ("linear_partial", "norm_linear_partial")
+              and not c.mma and not c.staged]
+
+
+@pytest.fixture(scope="module")
+def core_rows_results(tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp("core_rows2"), CORE_CASES,
+                     PRELUDE + "#define ET_LINEAR_CORE_ROWS 2\n")
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(CORE_CASES)), ids=[case_id(c) for c in CORE_CASES])
+def test_linear_core_rows_blocks_match_reference(core_rows_results, i):
+    check_outputs(*core_rows_results[i])
+
+
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"]
                                      if Path(p).exists()), None)
 
@@ -551,13 +568,14 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")
 @pytest.mark.parametrize("defines, spill", [([], 0), (["-DET_WEIGHTS_EVICT_FIRST=1"], 8),
-                                            (["-DET_LINEAR_MMA=8"], 4)])
+                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8"], 4)])
 def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
     spills registers; with weights loaded evict-first (an opt-in knob), one 8-byte spill in
-    the one-row, 8-rows-per-thread pass; with the tensor-core path (ET_LINEAR_MMA), whose
-    functions spill nothing, a 4-byte spill in the body that calls them (the registers it
-    keeps across the call). The streaming passes that fold an RMSNorm into x (SCALED) and the
+    the one-row, 8-rows-per-thread pass; with the tensor-core path (ET_LINEAR_MMA, and the
+    CUDA-core path up to 8 rows a pass as the decode kernel has it), whose functions spill
+    nothing, a 4-byte spill in the body that calls them (the registers it keeps across the
+    call). The streaming passes that fold an RMSNorm into x (SCALED) and the
     norm_linear_partial bodies may spill up to 16 bytes."""
     src = tmp_path / "dense.cu"
     src.write_text(INSTANCES)

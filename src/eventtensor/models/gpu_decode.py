@@ -55,8 +55,11 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # Llama-3.2-1B, context 512: 2.865 to 2.246 ms at B = 1, 8.165 to 8.143 ms at B = 16
 # (benchmarks/results/prefetch/decode_prefetch.md); and linears of 8 rows or more on tensor
 # cores: 22.92 to 19.03 ms at B = 64, B = 1 and 16 unchanged (2.03, 7.25 ms;
-# benchmarks/results/decode_tiles.md).
-DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8}
+# benchmarks/results/decode_tiles.md). Those linears' CUDA-core path is then compiled for
+# blocks of up to 8 rows only (it takes more only where the tensor cores cannot: k not a
+# multiple of 32, unaligned x), which shortens the kernel's cold compile by ~10%.
+DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
+                "ET_LINEAR_CORE_ROWS": 8}
 
 
 def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
