@@ -321,7 +321,9 @@ struct EtAttn {
 // ks, ks + KS, ... (KS = 32 / WW): p = exp2(score - m) summed into z[g] and into the GP * V
 // outputs of its word, z summed over the KS lanes of the word, the outputs divided by it,
 // reduce-scattered over those lanes and stored. The first KB values of each lane are loaded
-// before the scores, so their latency overlaps the keys'. Two CTA barriers; every thread
+// before the scores, so their latency overlaps the keys'; a pass over KB keys (or values)
+// of a lane first loads the next pass's, so a tile of several passes waits on one round of
+// loads per phase, not one per pass. Two CTA barriers; every thread
 // runs the same iterations and shuffles. Loops that need no unrolling are kept rolled: the
 // body runs once per tile, so its code size is fetch time.
 template <int GP, typename C, typename O>
@@ -338,25 +340,29 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     const int lgw = et_log2_ceil((W + warps - 1) / warps), lgs = 5 - lgw, KS = 1 << lgs;
     const int ks = lane >> lgw, vw = (warp << lgw) + (lane & ((1 << lgw) - 1));
     const bool vok = vw < W;
-    EtWord16 kraw[KB], vraw[KB];
-    auto load_k = [&](int j0) {
+    EtWord16 kraw[KB], vraw[KB], next[KB];  // next: the following pass's keys or values
+    auto load_k = [&](EtWord16 (&dst)[KB], int j0) {
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * kstep;
             if (kok && j < a.past)
-                kraw[b] = reinterpret_cast<const EtWord16*>(a.k + j * a.rk)[wq];
+                dst[b] = reinterpret_cast<const EtWord16*>(a.k + j * a.rk)[wq];
         }
     };
-    auto load_v = [&](int j0) {
+    auto load_v = [&](EtWord16 (&dst)[KB], int j0) {
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * KS;
             if (vok && j < a.past)
-                vraw[b] = reinterpret_cast<const EtWord16*>(a.v + j * a.rv)[vw];
+                dst[b] = reinterpret_cast<const EtWord16*>(a.v + j * a.rv)[vw];
         }
     };
-    load_k(rg);
-    load_v(ks);
+    auto take_next = [&](EtWord16 (&dst)[KB]) {
+#pragma unroll
+        for (int b = 0; b < KB; ++b) dst[b] = next[b];
+    };
+    load_k(kraw, rg);
+    load_v(vraw, ks);
     float qr[GP][V];
 #pragma unroll
     for (int g = 0; g < GP; ++g) {
@@ -367,7 +373,8 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     }
     const float scale = ET_LOG2E * rsqrtf((float)a.D);
     for (int j0 = rg, base = 0; base < a.keys; j0 += KB * kstep, base += KB * kstep) {
-        if (base > 0) load_k(j0);
+        const bool more = base + KB * kstep < a.keys;  // (uniform) another pass follows
+        if (more) load_k(next, j0 + KB * kstep);         // in flight during this pass
 #pragma unroll
         for (int h = 0; h < KB; h += KC) {
             float acc[KC * GP];
@@ -397,6 +404,7 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
                 if (sl.owner && g < a.G && j < a.keys) S[j * GP + g] = acc[i] * scale;
             }
         }
+        if (more) take_next(kraw);
     }
     __syncthreads();
     float m[GP], z[GP], o[GP * V];
@@ -412,7 +420,8 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
 #pragma unroll
     for (int i = 0; i < GP * V; ++i) o[i] = 0.f;
     for (int j0 = ks; j0 - ks < a.keys; j0 += KB * KS) {
-        if (j0 > ks) load_v(j0);
+        const bool more = j0 - ks + KB * KS < a.keys;
+        if (more) load_v(next, j0 + KB * KS);
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * KS;
@@ -436,6 +445,7 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
 #pragma unroll
                 for (int e = 0; e < V; ++e) o[g * V + e] += p[g] * x[e];
         }
+        if (more) take_next(vraw);
     }
     __syncthreads();  // the last read of S
     for (int bit = lgw; bit < 5; ++bit)
