@@ -83,26 +83,6 @@ def agreement(logits, picks, first) -> dict:
             "same_picks": float(np.mean(picks == ref_picks))}
 
 
-def precompile(cfg, configs, max_batch: int, max_context: int, mode: str) -> None:
-    """Every configuration's kernel, compiled in parallel into the cache first (the sessions
-    then load them)."""
-    from eventtensor.backends.cuda.build_cache import prepare_cached
-    from eventtensor.backends.cuda.codegen import generate, kernel_name
-    from eventtensor.backends.cuda.compiler import ARCH, compile_many
-    from eventtensor.models.gpu_decode import decode_knobs, decode_program_cached
-    kernels = {}
-    for _, tiles, kernel in configs:  # the programs and knobs of GpuDecodeSession
-        p = prepare_cached(decode_program_cached(cfg, max_batch, max_context, tiles,
-                                                 max_tokens=max_batch,
-                                                 weight_dtype="bfloat16",
-                                                 cache_dtype="bfloat16"), mode)
-        ctas = kernel.get("ctas_per_sm", 1)
-        kernels[generate(p, mode, ctas, decode_knobs(kernel.get("knobs"))),
-                kernel.get("fast_compile")] = kernel_name(p, mode, ctas)
-    print(f"[decode_tiles] compiling {len(kernels)} kernels", file=sys.stderr, flush=True)
-    compile_many([(src, name, ARCH, fast) for (src, fast), name in kernels.items()])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = step_args(__doc__.split("\n\n")[0])
     ap.add_argument("--tiles", action="append", help="field=value,... over gpu_tiles (repeat)")
@@ -110,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from decode_bench import floor, measure_copy_gb_s, run_meta, time_ms, write_run
 
-    from eventtensor.models.gpu_decode import GpuDecodeSession, gpu_tiles
+    from eventtensor.models.gpu_decode import GpuDecodeSession, gpu_tiles, precompile
     from eventtensor.models.weights import random_weights_on_gpu
     if not torch.cuda.is_available():
         raise SystemExit("decode_tiles_bench needs a CUDA GPU")
@@ -119,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     max_batch, max_context = max(args.max_batch, *batches), max(args.max_context, args.context)
     base = gpu_tiles(cfg, max_batch)
     configs = [(text, *split_config(base, text)) for text in (args.tiles or [""])]
-    precompile(cfg, configs, max_batch, max_context, args.mode)
+    count = precompile(cfg, max_batch, max_context,
+                       [(tiles, args.mode, kernel) for _, tiles, kernel in configs])
+    print(f"[decode_tiles] {count} kernels compiled", file=sys.stderr, flush=True)
     weights = random_weights_on_gpu(cfg, seed=0)
     copy_gb_s = measure_copy_gb_s()
     rows, first = [], {}
