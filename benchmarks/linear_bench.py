@@ -9,7 +9,8 @@ torch's bf16 GEMV on the same W, then each tile configuration, with the copy-ban
 A configuration: `rows` weight rows a task (its output columns), `split` K split into that
 many chunks (a task per chunk), `ring` the stage ring's bytes (knob ET_STAGE_BYTES; 0: L2
 prefetch of the next task's tile), `ctas` CTAs per SM, `mma` the fewest rows of x that go to
-tensor cores (knob ET_LINEAR_MMA; 0: none). Each configuration's output is
+tensor cores (knob ET_LINEAR_MMA; 0: none), and any device-library knob as ET_NAME=N (e.g.
+the tensor-core shape, ET_LINEAR_MMA_NT=1). Each configuration's output is
 checked against torch's (fp32) before it is timed; a profiled launch gives the median task
 body and where the CTAs' time goes. Writes linear_bench.json and linear_bench.md.
 """
@@ -29,21 +30,25 @@ KEYS = {"rows": 16, "split": 1, "ring": 0, "ctas": 1, "mma": 0}
 
 
 def parse_config(text: str) -> dict[str, int]:
-    """`text` "key=value,..." over KEYS (rows, split, ring, ctas, mma)."""
+    """`text` "key=value,..." over KEYS (rows, split, ring, ctas, mma) and device-library
+    knobs ET_NAME=N (codegen.KNOBS)."""
+    from eventtensor.backends.cuda.codegen import KNOBS
     out = dict(KEYS)
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, _, value = item.partition("=")
-        if key not in KEYS or not value.isdigit():
+        if (key not in KEYS and key not in KNOBS) or not value.isdigit():
             raise SystemExit(f"config {text!r}: {item!r} is not one of "
-                             f"{', '.join(f'{k}=N' for k in KEYS)}")
+                             f"{', '.join(f'{k}=N' for k in KEYS)} or a knob ET_NAME=N")
         out[key] = int(value)
     return out
 
 
 def config_knobs(c: dict[str, int]) -> dict[str, int]:
-    """The device-library knobs of configuration `c`: its ring and tensor-core threshold."""
+    """The device-library knobs of configuration `c`: its ring and tensor-core threshold,
+    and the knobs it names."""
     return {**({"ET_STAGE_BYTES": c["ring"]} if c["ring"] else {}),
-            **({"ET_LINEAR_MMA": c["mma"]} if c["mma"] else {})}
+            **({"ET_LINEAR_MMA": c["mma"]} if c["mma"] else {}),
+            **{k: v for k, v in c.items() if k.startswith("ET_")}}
 
 
 def linear_program(n: int, k: int, batch: int, rows: int, split: int):
