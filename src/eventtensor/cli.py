@@ -143,7 +143,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Greedy generation through the decode-step program (megakernel or interpreter)."""
     from .models.generate import generate, open_model, resolve_device
     model = open_model(args.model, seed=args.seed)
-    prompts = [[int(t) for t in ids.split(",")] for ids in args.prompt_ids or []]
+    prompts = list(args.prompt_ids or [])
     prompts += [model.encode(text) for text in args.prompt or []]
     if not prompts:
         raise ValueError("give --prompt-ids (comma-separated token ids) or --prompt (text)")
@@ -190,41 +190,62 @@ def cmd_print(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    """An argument that must be a positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _token_ids(text: str) -> list[int]:
+    """A prompt as comma-separated non-negative token ids."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(item.isdigit() for item in items):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of token ids (e.g. 1,2,3)")
+    return [int(item) for item in items]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="eventtensor", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="run the paper's examples and check them")
-    d.add_argument("--sms", type=int, default=132, help="virtual SMs (default 132)")
-    d.add_argument("--interleavings", type=int, default=8)
+    d.add_argument("--sms", type=_positive, default=132, help="virtual SMs (default 132)")
+    d.add_argument("--interleavings", type=_positive, default=8)
     d.set_defaults(fn=cmd_demo)
     r = sub.add_parser("run", help="run one example")
     r.add_argument("example", choices=sorted(EXAMPLES))
     r.add_argument("--binding", help="symbol values, e.g. B=7 or n=3")
     r.add_argument("--mode", choices=("static", "dynamic", "hybrid", "unfused"),
                    default="static")
-    r.add_argument("--sms", type=int, default=132)
-    r.add_argument("--interleavings", type=int, default=8)
+    r.add_argument("--sms", type=_positive, default=132)
+    r.add_argument("--interleavings", type=_positive, default=8)
     r.add_argument("--seed", type=int, default=0)
     r.set_defaults(fn=cmd_run)
     tr = sub.add_parser("trace", help="simulate an example; write Perfetto JSON and PNG charts")
     tr.add_argument("example", choices=sorted(EXAMPLES))
     tr.add_argument("--binding", help="symbol values, e.g. n=16 (default: the largest demo one)")
     tr.add_argument("--modes", default="static,dynamic,unfused")
-    tr.add_argument("--sms", type=int, default=8)
+    tr.add_argument("--sms", type=_positive, default=8)
     tr.add_argument("--out", default="traces")
     tr.set_defaults(fn=cmd_trace)
     g = sub.add_parser("generate", help="greedy generation with a model (folder or preset)")
     g.add_argument("--model", required=True,
                    help="Hugging Face checkpoint folder, or a named config (random weights)")
-    g.add_argument("--prompt-ids", action="append", help="one prompt as comma-separated ids")
+    g.add_argument("--prompt-ids", action="append", type=_token_ids,
+                   help="one prompt as comma-separated ids")
     g.add_argument("--prompt", action="append", help="one text prompt (needs tokenizer.json)")
-    g.add_argument("--max-new-tokens", type=int, default=16)
-    g.add_argument("--batch", type=int, help="requests at once (default: all prompts)")
-    g.add_argument("--step-tokens", type=int,
+    g.add_argument("--max-new-tokens", type=_positive, default=16)
+    g.add_argument("--batch", type=_positive, help="requests at once (default: all prompts)")
+    g.add_argument("--step-tokens", type=_positive,
                    help="tokens a step takes: one per decoding request, the rest prompt "
                         "chunks (default: the batch, or the longest prompt up to 64)")
     g.add_argument("--mode", choices=("static", "dynamic", "unfused"), default="static")
-    g.add_argument("--sms", type=int, default=8, help="virtual SMs of the interpreter")
+    g.add_argument("--sms", type=_positive, default=8, help="virtual SMs of the interpreter")
     g.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
                    help="the megakernel on the GPU or the CPU interpreter (auto: the GPU "
                         "where there is one)")

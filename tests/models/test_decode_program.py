@@ -190,8 +190,9 @@ def test_session_contract():
     session = _session(cfg, random_weights(cfg, seed=1), max_batch=2)
     with pytest.raises(ValueError, match="1 to 2"):
         session.step(["a", "b", "c"], [1, 2, 3])
-    with pytest.raises(ValueError, match="token ids"):
-        session.step(["a"], [cfg.vocab_size])
+    with pytest.raises(ValueError, match=rf"token 1 of the step has id {cfg.vocab_size}, "
+                                         rf"outside the vocabulary \[0, {cfg.vocab_size}\)"):
+        session.step(["a", "b"], [3, cfg.vocab_size])
     assert not session.slots
     small = DecodeSession(cfg, random_weights(cfg, seed=1), 1, 2,
                           DecodeTiles(rows=1, kv_chunk=1, vocab_tile=128))

@@ -54,14 +54,29 @@ def test_checkpoint_folder_with_tokenizer_takes_text_prompts(tmp_path, capsys):
                                                          "named config"),
     (["--model", "tiny-llama"], "give --prompt-ids"),
     (["--model", "tiny-llama", "--prompt", "hello"], "has no tokenizer.json"),
-    (["--model", "tiny-llama", "--prompt-ids", "1", "--max-new-tokens", "0"],
-     "max_new_tokens must be at least 1"),
-    (["--model", "tiny-llama", "--prompt-ids", "300"], "token ids must lie in [0, 256)"),
+    (["--model", "tiny-llama", "--prompt-ids", "300"],
+     "prompt 0: token id 300 is outside the vocabulary [0, 256)"),
     (["--model", "tiny-llama", "--prompt-ids", "1", "--prompt-ids", "2", "--step-tokens", "1"],
      "step_tokens 1 must be at least the batch (2)"),
 ])
 def test_bad_generate_arguments_are_named(capsys, args, message):
     assert main(["generate", *args]) == 1
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt-ids", "1", "--max-new-tokens", "0"],
+     "--max-new-tokens: must be a positive integer, got '0'"),
+    (["--prompt-ids", "1", "--batch", "0"], "--batch: must be a positive integer, got '0'"),
+    (["--prompt-ids", "1", "--step-tokens", "x"],
+     "--step-tokens: must be a positive integer, got 'x'"),
+    (["--prompt-ids", "1,,2"], "'1,,2' is not a comma-separated list of token ids"),
+    (["--prompt-ids", "-1"], "'-1' is not a comma-separated list of token ids"),
+])
+def test_malformed_generate_arguments_stop_the_parser(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--model", "tiny-llama", *args])
+    assert exit_.value.code == 2
     assert message in capsys.readouterr().err
 
 

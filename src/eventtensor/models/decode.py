@@ -510,8 +510,11 @@ class RequestSlots:
             if r in first and ids[t - 1] != r:
                 raise ValueError(f"the tokens of request {r!r} are not adjacent in the step")
             starts[t] = first.setdefault(r, t)
-        if ((toks < 0) | (toks >= self.vocab_size)).any():
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size})")
+        bad = np.flatnonzero((toks < 0) | (toks >= self.vocab_size))
+        if bad.size:
+            t = int(bad[0])
+            raise ValueError(f"token {t} of the step has id {int(toks[t])}, outside the "
+                             f"vocabulary [0, {self.vocab_size})")
         new = [r for r in first if r not in self.slots]
         if len(new) > self.free_slots():
             raise ValueError(f"{len(new)} new requests but {self.free_slots()} free slots")
@@ -600,6 +603,11 @@ def greedy_generate(session: RequestSlots, prompts: Sequence[Sequence[int]],
         raise ValueError("need one non-empty prompt, budget and start step per request")
     if prompt_chunk is not None and prompt_chunk < 1:
         raise ValueError(f"prompt_chunk must be positive, got {prompt_chunk}")
+    for r, prompt in enumerate(prompts):
+        bad = [t for t in prompt if not 0 <= t < session.vocab_size]
+        if bad:
+            raise ValueError(f"prompt {r}: token id {bad[0]} is outside the vocabulary "
+                             f"[0, {session.vocab_size})")
     cap = getattr(session, "max_tokens", None) or session.max_batch
     out: list[list[int]] = [[] for _ in prompts]
     ids = [object() for _ in prompts]
