@@ -9,13 +9,15 @@ from pathlib import Path
 from .examples import EXAMPLES
 
 
-def _parse_binding(text: str | None) -> dict[str, int] | None:
-    if not text:
-        return None
+def _binding(text: str) -> dict[str, int]:
+    """Symbol values "NAME=INT,..." (an argparse type)."""
     out = {}
     for part in text.split(","):
-        k, _, v = part.partition("=")
-        out[k.strip()] = int(v)
+        name, eq, value = (p.strip() for p in part.partition("="))
+        if not (name.isidentifier() and eq and value.lstrip("-").isdigit()):
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()!r} is not NAME=INTEGER (e.g. B=7 or n=3,B=2)")
+        out[name] = int(value)
     return out
 
 
@@ -97,7 +99,7 @@ def _gpu_demo(torch) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from .runner import check_example
     ex = EXAMPLES[args.example]
-    envs = [_parse_binding(args.binding)] if args.binding else list(ex.bindings)
+    envs = [args.binding] if args.binding else list(ex.bindings)
     for env in envs:
         rep = check_example(ex, env, args.mode, args.sms, args.interleavings, args.seed)
         print(rep.line())
@@ -113,7 +115,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from .schedule.simulate import simulate, to_trace
     from .trace import save_side_by_side
     ex = EXAMPLES[args.example]
-    env = _parse_binding(args.binding) or dict(ex.bindings[-1])
+    env = args.binding or dict(ex.bindings[-1])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     inputs = ex.make_inputs(env, 0)
@@ -219,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     d.set_defaults(fn=cmd_demo)
     r = sub.add_parser("run", help="run one example")
     r.add_argument("example", choices=sorted(EXAMPLES))
-    r.add_argument("--binding", help="symbol values, e.g. B=7 or n=3")
+    r.add_argument("--binding", type=_binding, help="symbol values, e.g. B=7 or n=3")
     r.add_argument("--mode", choices=("static", "dynamic", "hybrid", "unfused"),
                    default="static")
     r.add_argument("--sms", type=_positive, default=132)
@@ -228,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     r.set_defaults(fn=cmd_run)
     tr = sub.add_parser("trace", help="simulate an example; write Perfetto JSON and PNG charts")
     tr.add_argument("example", choices=sorted(EXAMPLES))
-    tr.add_argument("--binding", help="symbol values, e.g. n=16 (default: the largest demo one)")
+    tr.add_argument("--binding", type=_binding,
+                    help="symbol values, e.g. n=16 (default: the largest demo one)")
     tr.add_argument("--modes", default="static,dynamic,unfused")
     tr.add_argument("--sms", type=_positive, default=8)
     tr.add_argument("--out", default="traces")

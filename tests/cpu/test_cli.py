@@ -26,6 +26,22 @@ def test_run_reports_symbol_out_of_range(capsys):
     assert "symbol n = 1000 is out of its declared range [1, 256]" in capsys.readouterr().err
 
 
+def test_malformed_binding_stops_the_parser(capsys):
+    for text in ("B", "B=abc", "B=3,,n=2"):
+        try:
+            main(["run", "symbolic_batch", "--binding", text])
+        except SystemExit as exit_:
+            assert exit_.code == 2
+        else:
+            raise AssertionError(f"--binding {text} was taken")
+        assert "is not NAME=INTEGER" in capsys.readouterr().err
+
+
+def test_binding_of_an_unknown_symbol_names_the_symbols(capsys):
+    assert main(["run", "symbolic_batch", "--binding", "Q=3"]) == 1
+    assert "symbol B has no value (the symbols: B; not symbols: Q)" in capsys.readouterr().err
+
+
 def test_print_emits_python(capsys):
     assert main(["print", "toy_moe", "--lowered"]) == 0
     assert "pb.trigger('expert_ready', 'expert_gemm'" in capsys.readouterr().out

@@ -319,8 +319,11 @@ def test_check_binding() -> None:
         check_binding(syms, {"B": 300, "j": 9})
     with pytest.raises(SymbolRangeError, match=r"^symbol j = -1 is out of its declared range"):
         check_binding(syms, {"B": 1, "j": -1})
-    with pytest.raises(SymbolRangeError, match=r"^symbol B has no value$"):
+    with pytest.raises(SymbolRangeError, match=r"^symbol B has no value \(the symbols: B, j\)$"):
         check_binding(syms, {"j": 1})
+    with pytest.raises(SymbolRangeError, match=r"^symbol B has no value \(the symbols: B, j; "
+                                               r"not symbols: b\)$"):
+        check_binding(syms, {"b": 1, "j": 1})
     for bad in (2.0, True, "3", None):
         with pytest.raises(SymbolRangeError, match="symbol B"):
             check_binding(syms, {"B": bad, "j": 1})

@@ -126,9 +126,14 @@ class SymbolRangeError(ValueError):
 
 def check_binding(symbols: Iterable[Sym], env: Mapping[str, int]) -> None:
     """Raise :class:`SymbolRangeError` for the first symbol whose binding is invalid."""
+    symbols = list(symbols)
     for s in symbols:
         if s.name not in env:
-            raise SymbolRangeError(f"symbol {s.name} has no value")
+            others = sorted(set(env) - {t.name for t in symbols})
+            raise SymbolRangeError(
+                f"symbol {s.name} has no value (the symbols: "
+                f"{', '.join(t.name for t in symbols)}"
+                + (f"; not symbols: {', '.join(others)})" if others else ")"))
         v = env[s.name]
         if not _is_int(v):
             raise SymbolRangeError(
