@@ -19,6 +19,17 @@ needs_cxx = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 PATCHES = {
     "llm_dense.cuh": {
         r'asm volatile\("mma\.sync\.aligned\.m16n8k16[^;]*;[^;]*;': "et_host_mma(d, a, b);",
+        # ET_LINEAR_ASYNC: the ring in a static buffer, each copy done at once
+        r'extern __shared__ __align__\(128\) unsigned char et_dynamic_smem\[\];':
+            "static unsigned char et_dynamic_smem[3 * 65536] __attribute__((aligned(128)));",
+        r'asm volatile\("createpolicy\.fractional\.L2::evict_first\.b64 %0, 1\.0;" '
+        r': "=l"\(p\)\);': "p = 1;",
+        r'asm volatile\("createpolicy\.fractional\.L2::evict_normal\.b64 %0, 1\.0;" '
+        r': "=l"\(p\)\);': "p = 0;",
+        r'(?s)asm volatile\("\{\\n\\t\.reg \.u64 d;.*?"memory"\);':
+            "if (bytes) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16); (void)policy;",
+        r'asm volatile\("cp\.async\.commit_group;" ::: "memory"\);': "",
+        r'asm volatile\("cp\.async\.wait_group %0;" :: "n"\(N\) : "memory"\);': "",
     },
     "bodies.cuh": {
         r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':

@@ -6,6 +6,7 @@ from eventtensor import ProgramBuilder
 from eventtensor.backends.cuda.codegen import (
     STAGES,
     UnsupportedOnGpu,
+    dynamic_smem_bytes,
     generate,
     kernel_name,
     stage_bytes,
@@ -302,6 +303,24 @@ def test_stage_ring_fits_the_ctas_of_an_sm():
     assert '#include "eventtensor/ring.cuh"' in src
     assert compile_source(src, kernel_name(p, "static", 2)).cubin[:4] == b"\x7fELF"
     assert "#define ET_STAGE_BYTES" not in generate(p, "static") + generate(p, STAGES)
+
+
+def test_linear_async_rounds_take_the_dynamic_shared_memory():
+    """ET_LINEAR_ASYNC takes 2 or 3 rounds of 64 KB of dynamic shared memory (what the
+    launch asks for), where the CTAs of an SM leave room, and not beside the stage ring."""
+    assert dynamic_smem_bytes(None) == 0
+    assert dynamic_smem_bytes({"ET_LINEAR_ASYNC": 3}) == 3 * 65536
+    assert dynamic_smem_bytes({"ET_STAGE_BYTES": 16384}) == 16384
+    p = program_for("symbolic_batch", "static")
+    assert "#define ET_LINEAR_ASYNC 2" in generate(p, "static", knobs={"ET_LINEAR_ASYNC": 2})
+    with pytest.raises(ValueError, match="knob ET_LINEAR_ASYNC=1: the one-row linear keeps 2 "
+                                         "or 3 rounds"):
+        generate(p, "static", knobs={"ET_LINEAR_ASYNC": 1})
+    with pytest.raises(ValueError, match=r"knob ET_LINEAR_ASYNC=2: .* at most 87040 bytes "
+                                         r"with 2 CTA\(s\) per SM"):
+        generate(p, "static", 2, knobs={"ET_LINEAR_ASYNC": 2})
+    with pytest.raises(ValueError, match="ET_STAGE_BYTES=16384 and ET_LINEAR_ASYNC=2 both"):
+        generate(p, "static", knobs={"ET_LINEAR_ASYNC": 2, "ET_STAGE_BYTES": 16384})
 
 
 def test_input_tiles_are_staged_and_read_from_the_stage_ring():

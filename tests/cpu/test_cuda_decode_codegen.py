@@ -141,12 +141,13 @@ def test_decode_sessions_default_knobs_compile():
 
 @pytest.mark.parametrize("knobs", [{"ET_PREFETCH_BYTES": 262144}, {"ET_STAGE_BYTES": 131072},
                                    {"ET_PREFETCH_NEXT": 0, "ET_PREFETCH_OWN": 1},
-                                   {"ET_LINEAR_MMA": 8}])
+                                   {"ET_LINEAR_MMA": 8}, {"ET_LINEAR_ASYNC": 3}])
 def test_decode_kernel_with_weight_prefetch_compiles(knobs):
     """With the prefetch window (the weight tiles of the tasks ahead go to L2 from the static
     walker), the stage ring (they are copied into shared memory ahead of their tasks), a
-    task's own tiles prefetched while it waits, or linears of 8 rows and more on tensor cores,
-    the decode kernel compiles and differs from the default one."""
+    task's own tiles prefetched while it waits, linears of 8 rows and more on tensor cores,
+    or one-row linears' weight words through rounds in shared memory, the decode kernel
+    compiles and differs from the default one."""
     _, p = decode_program("tiny-llama", layers=2)
     plain = compile_source(generate(p, "static"), kernel_name(p, "static"))
     src = generate(p, "static", knobs=knobs)

@@ -512,6 +512,25 @@ def test_linear_core_rows_blocks_match_reference(core_rows_results, i):
     check_outputs(*core_rows_results[i])
 
 
+# one-row linears with their weight words through the thread's ring of rounds in shared
+# memory (ET_LINEAR_ASYNC 2 and 3; passes and steps from 1 to 48 rounds, rows clipped,
+# words past k)
+ONE_ROW_CASES = [c for c in CORE_CASES if c.kind == "linear_partial" and c.ins["x"].n[0] == 1]
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["async2", "async3"])
+def async_results(request, tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp(f"async{request.param}"), ONE_ROW_CASES,
+                     PRELUDE + f"#define ET_LINEAR_ASYNC {request.param}\n")
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(ONE_ROW_CASES)),
+                         ids=[case_id(c) for c in ONE_ROW_CASES])
+def test_linear_async_rounds_match_reference(async_results, i):
+    check_outputs(*async_results[i])
+
+
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"]
                                      if Path(p).exists()), None)
 

@@ -442,3 +442,47 @@ def test_bad_tensors_are_named():
         mk.run({"n": 2}, {"A": torch.zeros(64, 128, device="cuda", dtype=torch.float64)})
     with pytest.raises(ValueError, match="input tensor 'A' was not given"):
         mk.run({"n": 2}, {})
+
+
+def _linear_program(n: int, k: int, cols: int):
+    """One grid of linear_partial tasks of `cols` weight rows each (two passes of the
+    one-row path and more, k of 512 words: many steps), out[0, :B, :] = x @ W^T, B <= 64."""
+    from eventtensor import ProgramBuilder
+    pb = ProgramBuilder(f"linear_{n}x{k}_c{cols}")
+    B = pb.symbol("B", 1, 64)
+    pb.input("x", (B, k))
+    pb.input("w", (n, k), "bfloat16")
+    pb.output("out", (1, B, n))
+    pb.grid("linear", "linear_partial", "mn", (1, n // cols),
+            reads={"x": ":, :", "w": f"{cols}*n:{cols}*n + {cols}, :"},
+            writes={"out": f"0, :, {cols}*n:{cols}*n + {cols}"}, params={"x": "x", "w": "w"})
+    return pb.build()
+
+
+@pytest.mark.parametrize("knobs", [
+    {}, {"ET_LINEAR_ASYNC": 2}, {"ET_LINEAR_ASYNC": 3, "ET_WEIGHTS_EVICT_FIRST": 1},
+    {"ET_LINEAR_MMA": 8}, {"ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_NT": 1, "ET_LINEAR_MMA_KU": 1},
+    {"ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_NT": 4, "ET_LINEAR_MMA_KU": 2},
+    {"ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_LO": 0}, {"ET_LINEAR_MMA": 8, "ET_LINEAR_CORE_ROWS": 4}])
+def test_linear_weight_paths_match_numpy(knobs):
+    """The linear body's paths (one-row words through the shared-memory rounds, tensor cores
+    in each shape, x rounded to bf16, CUDA-core blocks of 4 rows) against x @ W^T in float64
+    at B = 1, 3, 16 and 64: within fp32 accumulation error of sum |x| |w| (with
+    ET_LINEAR_MMA_LO 0, of x rounded to bf16)."""
+    from eventtensor.backends.cuda.runtime import to_host
+    from eventtensor.dtypes import round_to_dtype
+    n, k = 600, 4096
+    program = _linear_program(n, k, 300)
+    rng = np.random.default_rng(7)
+    w = round_to_dtype("bfloat16", rng.standard_normal((n, k)).astype(np.float32))
+    mk = megakernel(program, "static", knobs=knobs)
+    for b in (1, 3, 16, 64):
+        x = rng.standard_normal((b, k)).astype(np.float32)
+        out = to_host(mk.run({"B": b}, mk.to_device({"x": x, "w": w}))["out"])[0]
+        rows_on_mma = knobs.get("ET_LINEAR_MMA", 0) and b >= knobs["ET_LINEAR_MMA"]
+        xr = round_to_dtype("bfloat16", x) if rows_on_mma and knobs.get(
+            "ET_LINEAR_MMA_LO", 1) == 0 else x
+        want = xr.astype(np.float64) @ w.T.astype(np.float64)
+        scale = np.abs(xr).astype(np.float64) @ np.abs(w).T.astype(np.float64)
+        np.testing.assert_array_less(np.abs(out - want), 1e-5 * scale + 1e-30,
+                                     err_msg=f"B={b} knobs={knobs}")

@@ -27,7 +27,8 @@ GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
          "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
          "ET_PREFETCH_OWN", "ET_LINEAR_MMA", "ET_LINEAR_MMA_NT", "ET_LINEAR_MMA_KU",
-         "ET_LINEAR_MMA_LO", "ET_LINEAR_CORE_ROWS")
+         "ET_LINEAR_MMA_LO", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC")
+ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
@@ -35,6 +36,14 @@ STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL)
 SMEM_PER_SM = 228 * 1024   # shared memory of an H100 / H200 SM
 SMEM_PER_CTA_RESERVED = 1024  # of it, reserved by the system per resident CTA
 STATIC_SMEM_BOUND = 28 * 1024  # a megakernel's static shared memory, at most (runtime checks)
+
+
+def dynamic_smem_bytes(knobs: Mapping[str, int] | None) -> int:
+    """The dynamic shared memory a CTA of a kernel with these knobs takes: the stage ring
+    (ET_STAGE_BYTES) or the one-row linear's rounds of weight words (ET_LINEAR_ASYNC)."""
+    knobs = knobs or {}
+    return int(knobs.get("ET_STAGE_BYTES", 0)) or \
+        int(knobs.get("ET_LINEAR_ASYNC", 0)) * ASYNC_ROUND_BYTES
 
 
 def stage_bytes(ctas_per_sm: int) -> int:
@@ -257,6 +266,15 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
             raise ValueError(f"knobs ET_STAGE_BYTES={staging} and {other}={knobs[other]}: "
                              "with the stage ring, weights reach their tasks through it; set "
                              "one of them")
+    rounds = knobs.get("ET_LINEAR_ASYNC", 0)
+    if rounds not in (0, 2, 3) or rounds * ASYNC_ROUND_BYTES > stage_bytes(ctas_per_sm):
+        raise ValueError(f"knob ET_LINEAR_ASYNC={rounds}: the one-row linear keeps 2 or 3 "
+                         f"rounds of {ASYNC_ROUND_BYTES} bytes in shared memory (0: none), "
+                         f"at most {stage_bytes(ctas_per_sm)} bytes with {ctas_per_sm} CTA(s) "
+                         "per SM")
+    if rounds and staging:
+        raise ValueError(f"knobs ET_STAGE_BYTES={staging} and ET_LINEAR_ASYNC={rounds} both "
+                         "take the dynamic shared memory; set one of them")
     if knobs.get("ET_DEFER_MAX", 1) < 1:
         raise ValueError("knob ET_DEFER_MAX=0: a CTA holds back the notifies of at most "
                          "ET_DEFER_MAX - 1 tasks; it takes 1 (none) or more")

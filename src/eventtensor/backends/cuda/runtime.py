@@ -31,6 +31,7 @@ from .codegen import (
     MAX_SLOTS,
     SYM_BASE,
     UnsupportedOnGpu,
+    dynamic_smem_bytes,
     uses_tensor_table,
 )
 
@@ -389,7 +390,8 @@ class Megakernel:
             raise ValueError(f"ctas_per_sm must be at least 1, got {ctas_per_sm}")
         self.ctas_per_sm = ctas_per_sm
         self.overlap_launches = overlap_launches
-        self.stage_bytes = int((knobs or {}).get("ET_STAGE_BYTES", 0))  # dynamic shared memory
+        self.knobs = dict(knobs or {})
+        self.dynamic_smem = dynamic_smem_bytes(knobs)  # the stage ring or the linear's rounds
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         self.num_sms = num_sms or props.multi_processor_count
         self.num_ctas = self.num_sms * ctas_per_sm  # the workers the schedules deal tasks to
@@ -410,10 +412,10 @@ class Megakernel:
         if self._func is None:
             from cuda.bindings import driver
             func = load_kernel(self.compiled.cubin, self.name)
-            if self.stage_bytes:
-                self._allow_stage_ring(func)
+            if self.dynamic_smem:
+                self._allow_dynamic_smem(func)
             blocks = _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                func, THREADS, self.stage_bytes), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+                func, THREADS, self.dynamic_smem), "cuOccupancyMaxActiveBlocksPerMultiprocessor")
             if blocks < self.ctas_per_sm:
                 raise RuntimeError(f"kernel {self.name} keeps {blocks} CTA(s) of {THREADS} "
                                    f"threads resident per SM, not {self.ctas_per_sm}; a "
@@ -421,9 +423,10 @@ class Megakernel:
             self._func = func
         return self._func
 
-    def _allow_stage_ring(self, func) -> None:
-        """Let the kernel take its stage ring (knob ET_STAGE_BYTES) as dynamic shared memory
-        beside its static shared memory, or say why it cannot."""
+    def _allow_dynamic_smem(self, func) -> None:
+        """Let the kernel take its stage ring (knob ET_STAGE_BYTES) or its one-row linear's
+        rounds (ET_LINEAR_ASYNC) as dynamic shared memory beside its static shared memory,
+        or say why it cannot."""
         from cuda.bindings import driver
         attr, dev_attr = driver.CUfunction_attribute, driver.CUdevice_attribute
         static = _check(driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
@@ -432,13 +435,15 @@ class Megakernel:
         most = _check(driver.cuDeviceGetAttribute(
             dev_attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
             "cuDeviceGetAttribute")
-        if static + self.stage_bytes > most:
-            raise ValueError(f"knob ET_STAGE_BYTES={self.stage_bytes}: kernel {self.name} "
-                             f"has {static} bytes of static shared memory, and a CTA may take "
-                             f"{most} in all: the stage ring may take at most "
-                             f"{(most - static) // 1024 * 1024}")
+        if static + self.dynamic_smem > most:
+            knob = "ET_STAGE_BYTES" if self.knobs.get("ET_STAGE_BYTES") else "ET_LINEAR_ASYNC"
+            raise ValueError(f"knob {knob}={self.knobs[knob]}: kernel {self.name} has "
+                             f"{static} bytes of static shared memory, and a CTA may take "
+                             f"{most} in all: {self.dynamic_smem} bytes of dynamic shared "
+                             f"memory do not fit beside it (at most "
+                             f"{(most - static) // 1024 * 1024})")
         _check(driver.cuFuncSetAttribute(
-            func, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.stage_bytes),
+            func, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dynamic_smem),
             "cuFuncSetAttribute")
 
     def _num_triggers(self) -> int:
@@ -536,7 +541,7 @@ class Megakernel:
         params = ((st.args.data_ptr(),), (ctypes.c_void_p,))
         if not self.overlap_launches:
             _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1,
-                                         self.stage_bytes, s.cuda_stream, params, 0),
+                                         self.dynamic_smem, s.cuda_stream, params, 0),
                    "cuLaunchKernel")
             return
         config = self._overlap_config()
@@ -551,7 +556,7 @@ class Megakernel:
             config = driver.CUlaunchConfig()
             config.gridDimX, config.gridDimY, config.gridDimZ = self.num_ctas, 1, 1
             config.blockDimX, config.blockDimY, config.blockDimZ = THREADS, 1, 1
-            config.sharedMemBytes = self.stage_bytes
+            config.sharedMemBytes = self.dynamic_smem
             overlap = driver.CUlaunchAttribute()
             ids = driver.CUlaunchAttributeID
             overlap.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION

@@ -537,6 +537,49 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 // staged once, by the first pass, for every pass. Barriers: uniform (steps and chunks depend
 // on k only, passes on c); the last one after the last read of the staged x. Not inlined:
 // one copy per instance of this large loop, whose call costs little next to its work.
+// Weight words of the one-row streaming path through shared memory (knob ET_LINEAR_ASYNC = D
+// rounds, 0: off): each thread copies its own words of the rounds ahead (a round: the
+// R * KW = 16 words a thread takes in one step) with cp.async into its own slots of a ring of
+// D rounds in dynamic shared memory (D * ET_ASYNC_ROUND_BYTES a CTA), so that D - 1 rounds
+// are in flight while it computes one: up to 128 KB a CTA instead of the 64 KB its registers
+// hold. A thread reads back only what it copied itself: no barrier, only its own
+// cp.async groups (one per round) to wait for. Excludes the stage ring (ET_STAGE_BYTES).
+#ifndef ET_LINEAR_ASYNC
+#define ET_LINEAR_ASYNC 0
+#endif
+#define ET_ASYNC_ROUND_BYTES 65536  // 256 threads x 16 words x 16 bytes
+static_assert(ET_LINEAR_ASYNC == 0 || ET_LINEAR_ASYNC == 2 || ET_LINEAR_ASYNC == 3,
+              "ET_LINEAR_ASYNC takes 0 (off), 2 or 3 rounds");
+__device__ __forceinline__ EtWord16* et_async_ring() {
+    extern __shared__ __align__(128) unsigned char et_dynamic_smem[];
+    return reinterpret_cast<EtWord16*>(et_dynamic_smem);
+}
+// An L2 policy for the copies: evict-first (weights read once) or normal.
+template <bool FIRST>
+__device__ __forceinline__ unsigned long long et_async_policy() {
+    unsigned long long p;
+    if constexpr (FIRST)
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    else
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+// One 16-byte word from global src to shared dst, asynchronously; zeros where bytes is 0.
+__device__ __forceinline__ void et_async_word(EtWord16* dst, const void* src, int bytes,
+                                              unsigned long long policy) {
+    asm volatile("{\n\t.reg .u64 d;\n\tcvta.to.shared.u64 d, %0;\n\t"
+                 "cp.async.cg.shared.global.L2::cache_hint [d], [%1], 16, %2, %3;\n\t}"
+                 :: "l"(dst), "l"(src), "r"(bytes), "l"(policy) : "memory");
+}
+__device__ __forceinline__ void et_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Wait until at most N of this thread's cp.async groups are pending.
+template <int N>
+__device__ __forceinline__ void et_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
 template <int NB, int R, int KW, bool DB, bool SCALED, typename X, typename W, typename O>
 __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtLinear g) {
     constexpr int V = 16 / sizeof(W), WS = V * NB + 4, STEP = 8 * KW;
@@ -569,6 +612,32 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     // one chunk holds all of k (more rows: the registers go to the accumulators)
     constexpr bool EARLY = NB <= 4, HINT = ET_WEIGHTS_EVICT_FIRST && NB <= 4;
     const bool one_chunk = EARLY && steps <= S;
+    // ET_LINEAR_ASYNC (one row): round q = step q % steps of pass q / steps, in slot q % D
+    constexpr bool ASYNC = ET_LINEAR_ASYNC > 0 && NB == 1 && !DB && R * KW == 16;
+    constexpr int D = ASYNC ? ET_LINEAR_ASYNC : 1;
+    const int rounds = ASYNC ? (g.cols + 32 * R - 1) / (32 * R) * steps : 0;
+    int round = 0;  // the next round a step takes
+    unsigned long long policy = 0;
+    if constexpr (ASYNC) policy = et_async_policy<HINT>();
+    auto issue = [&](int q) {
+        const int jq = q / steps * 32 * R, sq = q % steps;
+        const W* wq = w + (jq + grp) * g.wr + lane * V;
+        EtWord16* slot = et_async_ring() + (q % D) * 16 * 256 + (int)threadIdx.x;
+#pragma unroll
+        for (int m = 0; m < KW; ++m)
+#pragma unroll
+            for (int u = 0; u < R; ++u) {
+                const int word = STEP * sq + 8 * m;  // of lane 0
+                const bool ok = jq + grp + 32 * u < g.cols && word + lane < words;
+                et_async_word(slot + (u * KW + m) * 256, ok ? wq + 32 * u * g.wr + word * V : w,
+                              ok ? 16 : 0, policy);
+            }
+    };
+    if constexpr (ASYNC)
+        for (int q = 0; q < D - 1; ++q) {  // the first D - 1 rounds (a group each) in flight
+            if (q < rounds) issue(q);
+            et_async_commit();
+        }
     for (int j0 = 0; j0 < g.cols; j0 += 32 * R) {
         const W* wg = w + (j0 + grp) * g.wr + lane * V;  // this thread's first row and word
         EtWord16 cur[R][KW], nxt[R][KW];
@@ -584,19 +653,35 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
                                     : EtWord16{};
                 }
         };
+        auto take_w = [&](EtWord16 (&dst)[R][KW], int s) {  // step s's words into dst
+            if constexpr (ASYNC) {  // the round D - 1 ahead issued, this one's group waited
+                if (round + D - 1 < rounds) issue(round + D - 1);
+                et_async_commit();
+                et_async_wait<D - 1>();
+                const EtWord16* slot = et_async_ring() + (round % D) * 16 * 256 +
+                                       (int)threadIdx.x;
+#pragma unroll
+                for (int m = 0; m < KW; ++m)
+#pragma unroll
+                    for (int u = 0; u < R; ++u) dst[u][m] = slot[(u * KW + m) * 256];
+                ++round;
+            } else {
+                load_w(dst, s);
+            }
+        };
         float acc[R][NB] = {};
-        if (EARLY) load_w(cur, 0);
+        if (EARLY) take_w(cur, 0);
         if (j0 == 0 || !one_chunk) {
             load_x(0);
             store_x();
             __syncthreads();
         }
-        if (!EARLY) load_w(cur, 0);
+        if (!EARLY) take_w(cur, 0);
 #pragma unroll 1
         for (int s = 0; s < steps; ++s) {
             const int local = s % S;  // the step within its chunk
             if (local == 0 && s + S < steps) load_x(s / S + 1);
-            if (!DB && s > 0) load_w(cur, s);
+            if (!DB && s > 0) take_w(cur, s);
             else if (DB && s + 1 < steps) load_w(nxt, s + 1);
 #pragma unroll
             for (int m = 0; m < KW; ++m) {
