@@ -5,7 +5,7 @@
 # TESTS=tests/gpu/test_decode.py, and TESTS_K selects tests by a pytest -k expression;
 # "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
 # benchmarks/decode_trace_bench.py with TRACE_ARGS, "compile" benchmarks/compile_bench.py
-# with COMPILE_ARGS). The steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped
+# with COMPILE_ARGS, "linear" benchmarks/linear_bench.py with LINEAR_ARGS). The steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped
 # traces go to $OUT (default ./out); with TGZ=1 also everything, logs included, as
 # $OUT/gpu_check.tgz.
 set -uo pipefail
@@ -48,6 +48,10 @@ fi
 if has tiles; then
   timeout "${TILES_TIMEOUT:-480}" python3 benchmarks/decode_tiles_bench.py ${TILES_ARGS:-} \
     --out "$RUN" 2>&1 | tee "$RUN/decode_tiles.log" || FAIL=1
+fi
+if has linear; then
+  timeout "${LINEAR_TIMEOUT:-300}" python3 benchmarks/linear_bench.py ${LINEAR_ARGS:-} \
+    --out "$RUN" 2>&1 | tee "$RUN/linear_bench.log" || FAIL=1
 fi
 if has trace; then
   timeout "${TRACE_TIMEOUT:-300}" python3 benchmarks/decode_trace_bench.py ${TRACE_ARGS:-} \
