@@ -516,27 +516,6 @@ struct EtLinear {
 #define ET_NORM_ROWS 64
 __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 
-// The streaming path of linear_partial, for rows <= NB of x and weight rows that are runs of
-// aligned 16-byte words (V = 16 / sizeof(W) elements each; k a multiple of V).
-//
-// Mapping: the 256 threads form 32 groups of 8 lanes. A column pass covers 32 * R weight
-// rows: group g owns rows j0 + g + 32 * u (u < R), lane l of the group the words l, l + 8, ...
-// of each. A step takes KW words of each of the R rows (words 8 * (KW * s + m) + l, m < KW):
-// one load instruction of a warp reads 4 rows x 128 contiguous bytes, R * KW 16-byte loads
-// per thread and step, all issued before any is used; with DB the loads of the next step are
-// issued before the current one is computed, so 2 * R * KW loads of each thread are in flight.
-// x is staged in et_llm_smem as float, in chunks of CHUNK words of k: word m of the chunk at
-// xs[m * WS ..], its V * NB floats element-major ([e][r], rows r >= rows zero) plus 4 floats
-// of padding, so that the 8 lanes of a group (8 different words) read 8 distinct 16-byte bank
-// groups and the 4 groups of a warp (the same words) a broadcast: a thread reads each x value
-// once per step (float4 loads) and applies it to its R rows. Each thread loads its share of
-// the next chunk into registers while the current one is used.
-// The lanes of a group sum their accumulators acc[u][r] (shuffles) and lane l stores the
-// cells with (u * NB + r) % 8 == l. For NB <= 4, a pass issues its first weight loads before
-// it stages x, so that the two travel together, and where all of k fits one chunk, x is
-// staged once, by the first pass, for every pass. Barriers: uniform (steps and chunks depend
-// on k only, passes on c); the last one after the last read of the staged x. Not inlined:
-// one copy per instance of this large loop, whose call costs little next to its work.
 // Weight words of the one-row streaming path through shared memory (knob ET_LINEAR_ASYNC = D
 // rounds, 0: off): each thread copies its own words of the rounds ahead (a round: the
 // R * KW = 16 words a thread takes in one step) with cp.async into its own slots of a ring of
@@ -580,6 +559,27 @@ __device__ __forceinline__ void et_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 
+// The streaming path of linear_partial, for rows <= NB of x and weight rows that are runs of
+// aligned 16-byte words (V = 16 / sizeof(W) elements each; k a multiple of V).
+//
+// Mapping: the 256 threads form 32 groups of 8 lanes. A column pass covers 32 * R weight
+// rows: group g owns rows j0 + g + 32 * u (u < R), lane l of the group the words l, l + 8, ...
+// of each. A step takes KW words of each of the R rows (words 8 * (KW * s + m) + l, m < KW):
+// one load instruction of a warp reads 4 rows x 128 contiguous bytes, R * KW 16-byte loads
+// per thread and step, all issued before any is used; with DB the loads of the next step are
+// issued before the current one is computed, so 2 * R * KW loads of each thread are in flight.
+// x is staged in et_llm_smem as float, in chunks of CHUNK words of k: word m of the chunk at
+// xs[m * WS ..], its V * NB floats element-major ([e][r], rows r >= rows zero) plus 4 floats
+// of padding, so that the 8 lanes of a group (8 different words) read 8 distinct 16-byte bank
+// groups and the 4 groups of a warp (the same words) a broadcast: a thread reads each x value
+// once per step (float4 loads) and applies it to its R rows. Each thread loads its share of
+// the next chunk into registers while the current one is used.
+// The lanes of a group sum their accumulators acc[u][r] (shuffles) and lane l stores the
+// cells with (u * NB + r) % 8 == l. For NB <= 4, a pass issues its first weight loads before
+// it stages x, so that the two travel together, and where all of k fits one chunk, x is
+// staged once, by the first pass, for every pass. Barriers: uniform (steps and chunks depend
+// on k only, passes on c); the last one after the last read of the staged x. Not inlined:
+// one copy per instance of this large loop, whose call costs little next to its work.
 template <int NB, int R, int KW, bool DB, bool SCALED, typename X, typename W, typename O>
 __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtLinear g) {
     constexpr int V = 16 / sizeof(W), WS = V * NB + 4, STEP = 8 * KW;
