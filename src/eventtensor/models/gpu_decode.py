@@ -92,8 +92,8 @@ def precompile(config: ModelConfig, max_batch: int, max_context: int,
                cache_dtype: str = "bfloat16") -> int:
     """The kernels `GpuDecodeSession`s of these `builds` (tiles, scheduling mode, Megakernel
     options: knobs, ctas_per_sm, fast_compile) would compile, compiled in parallel (NVRTC,
-    a thread per CPU) into the disk cache, so that the sessions then find them there.
-    Returns how many distinct kernels that is."""
+    a thread per CPU) into the disk cache, so that the sessions then find them there (their
+    `compile_s` then no longer counts the compile). Returns how many distinct kernels."""
     from ..backends.cuda.build_cache import prepare_cached
     from ..backends.cuda.codegen import generate, kernel_name
     from ..backends.cuda.compiler import ARCH, compile_many
@@ -253,17 +253,8 @@ def bench_paths(config: ModelConfig, weights: Mapping[str, Any], batch: int, con
     all batch sizes) and `warmup_s` the first launch for this batch size (building its
     tables). A mode that fails is returned as its exception."""
     paths: dict[str, Any] = {}
-    context_max = max(max_context, context)
-    new = [m for m in modes if (config, m, max_batch, context_max) not in _bench_sessions]
-    if len(new) > 1:  # their kernels compiled side by side first
-        try:
-            tiles = gpu_tiles(config, max_batch)
-            precompile(config, max_batch, context_max, [(tiles, m, {}) for m in new])
-        except Exception as exc:  # each mode's session then meets (and reports) its own
-            print(f"[eventtensor] compiling the kernels side by side failed: {exc}",
-                  file=sys.stderr, flush=True)
-    for mode in modes:
-        key = (config, mode, max_batch, context_max)
+    for mode in modes:  # (one at a time: each session's compile_s is its own build's)
+        key = (config, mode, max_batch, max(max_context, context))
         try:
             session = _bench_sessions.get(key)
             if session is None:
