@@ -398,10 +398,13 @@ def build() -> Program:
 PROGRAM = build()
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
+@pytest.fixture(scope="module", params=[0, 1], ids=["own_pass_loads", "next_pass_loads"])
+def results(request, tmp_path_factory):
+    """Every case's output, with each pass of a multi-pass attention tile loading its own
+    words (the default) or the next pass's first (ET_ATTN_NEXT_PASS 1)."""
     out = run_host(tmp_path_factory.mktemp("llm_attention"), "\n".join(PROGRAM.lines),
-                   headers=HEADERS, prelude=PRELUDE)
+                   headers=HEADERS,
+                   prelude=PRELUDE + f"\n#define ET_ATTN_NEXT_PASS {request.param}\n")
     got = {}
     for line in out.splitlines():
         words = line.split()

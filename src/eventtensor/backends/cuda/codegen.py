@@ -27,7 +27,7 @@ GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
          "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
          "ET_PREFETCH_OWN", "ET_LINEAR_MMA", "ET_LINEAR_MMA_NT", "ET_LINEAR_MMA_KU",
-         "ET_LINEAR_MMA_LO", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC")
+         "ET_LINEAR_MMA_LO", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_ATTN_NEXT_PASS")
 ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel

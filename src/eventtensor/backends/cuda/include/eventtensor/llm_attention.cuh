@@ -323,9 +323,13 @@ struct EtAttn {
 // reduce-scattered over those lanes and stored. The first KB values of each lane are loaded
 // before the scores, so their latency overlaps the keys'; a pass over KB keys (or values)
 // of a lane first loads the next pass's, so a tile of several passes waits on one round of
-// loads per phase, not one per pass. Two CTA barriers; every thread
-// runs the same iterations and shuffles. Loops that need no unrolling are kept rolled: the
-// body runs once per tile, so its code size is fetch time.
+// loads per phase, not one per pass (knob ET_ATTN_NEXT_PASS; off, each pass loads its own:
+// the words of the next pass cost registers, which the decode kernel's instance spills).
+// Two CTA barriers; every thread runs the same iterations and shuffles. Loops that need no
+// unrolling are kept rolled: the body runs once per tile, so its code size is fetch time.
+#ifndef ET_ATTN_NEXT_PASS
+#define ET_ATTN_NEXT_PASS 0
+#endif
 template <int GP, typename C, typename O>
 __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     constexpr int V = 16 / (int)sizeof(C), KB = 32 / V, KC = 4;  // KB: a 64-key chunk of D = 128
@@ -340,6 +344,7 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     const int lgw = et_log2_ceil((W + warps - 1) / warps), lgs = 5 - lgw, KS = 1 << lgs;
     const int ks = lane >> lgw, vw = (warp << lgw) + (lane & ((1 << lgw) - 1));
     const bool vok = vw < W;
+    constexpr bool NEXT = ET_ATTN_NEXT_PASS;
     EtWord16 kraw[KB], vraw[KB], next[KB];  // next: the following pass's keys or values
     auto load_k = [&](EtWord16 (&dst)[KB], int j0) {
 #pragma unroll
@@ -373,8 +378,9 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     }
     const float scale = ET_LOG2E * rsqrtf((float)a.D);
     for (int j0 = rg, base = 0; base < a.keys; j0 += KB * kstep, base += KB * kstep) {
-        const bool more = base + KB * kstep < a.keys;  // (uniform) another pass follows
-        if (more) load_k(next, j0 + KB * kstep);         // in flight during this pass
+        const bool more = NEXT && base + KB * kstep < a.keys;  // (uniform) a pass follows
+        if (more) load_k(next, j0 + KB * kstep);  // in flight during this pass
+        else if (!NEXT && base > 0) load_k(kraw, j0);
 #pragma unroll
         for (int h = 0; h < KB; h += KC) {
             float acc[KC * GP];
@@ -420,8 +426,9 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
 #pragma unroll
     for (int i = 0; i < GP * V; ++i) o[i] = 0.f;
     for (int j0 = ks; j0 - ks < a.keys; j0 += KB * KS) {
-        const bool more = j0 - ks + KB * KS < a.keys;
+        const bool more = NEXT && j0 - ks + KB * KS < a.keys;
         if (more) load_v(next, j0 + KB * KS);
+        else if (!NEXT && j0 > ks) load_v(vraw, j0);
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * KS;
