@@ -39,14 +39,13 @@ def child(model: str, max_batch: int, max_context: int, num_ctas: int,
     from eventtensor.backends.cuda.runtime import host_launch
     from eventtensor.lower import bind, build_tables
     from eventtensor.models import get_config
-    from eventtensor.models.gpu_decode import decode_knobs, decode_program_cached, gpu_tiles
+    from eventtensor.models.gpu_decode import decode_knobs, gpu_tiles, session_program
     from eventtensor.schedule import schedule
     seconds = {"imports": time.perf_counter() - t0}
     t0 = time.perf_counter()
     cfg = get_config(model)
-    program = decode_program_cached(cfg, max_batch, max_context, gpu_tiles(cfg, max_batch),
-                                    max_tokens=max_batch, weight_dtype="bfloat16",
-                                    cache_dtype="bfloat16")  # as GpuDecodeSession builds it
+    program = session_program(cfg, max_batch, max_context, gpu_tiles(cfg, max_batch),
+                              max_batch)
     seconds["program"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     build = build_kernel(program, "static", num_ctas, knobs=decode_knobs(None),

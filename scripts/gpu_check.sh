@@ -5,9 +5,9 @@
 # TESTS=tests/gpu/test_decode.py, and TESTS_K selects tests by a pytest -k expression;
 # "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
 # benchmarks/decode_trace_bench.py with TRACE_ARGS, "compile" benchmarks/compile_bench.py
-# with COMPILE_ARGS, "linear" benchmarks/linear_bench.py with LINEAR_ARGS). The steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped
-# traces go to $OUT (default ./out); with TGZ=1 also everything, logs included, as
-# $OUT/gpu_check.tgz.
+# with COMPILE_ARGS, "linear" benchmarks/linear_bench.py with LINEAR_ARGS). The steps'
+# logs, the benchmarks' JSON, markdown and pictures and the gzipped traces go to $OUT
+# (default ./out); with TGZ=1 also everything, logs included, as $OUT/gpu_check.tgz.
 set -uo pipefail
 OUT="${OUT:-out}"
 STEPS="${STEPS:-tests sanitizer bench decode}"

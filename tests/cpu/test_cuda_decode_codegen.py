@@ -171,14 +171,13 @@ def test_precompile_fills_the_cache_with_the_sessions_kernels():
     builds would compile (same program, knobs and options): one each, duplicates once; the
     build a session then makes finds its cubin in the cache."""
     from eventtensor.backends.cuda.build import build_kernel
-    from eventtensor.models.gpu_decode import decode_knobs, decode_program_cached, precompile
+    from eventtensor.models.gpu_decode import decode_knobs, precompile, session_program
     cfg = get_config("tiny-llama").replace(num_layers=1)
     tiles = gpu_tiles(cfg, 4)
     builds = [(tiles, "static", {}), (tiles, "unfused", {}), (tiles, "static", {}),
               (tiles, "static", {"knobs": {"ET_LINEAR_MMA_NT": 1}})]
     assert precompile(cfg, 4, 64, builds) == 3
-    program = decode_program_cached(cfg, 4, 64, tiles, max_tokens=4,
-                                     weight_dtype="bfloat16", cache_dtype="bfloat16")
+    program = session_program(cfg, 4, 64, tiles, 4)
     for mode, knobs in (("static", None), ("unfused", None), ("static", {"ET_LINEAR_MMA_NT": 1})):
         build = build_kernel(program, mode, 8, knobs=decode_knobs(knobs))
         assert build.compiled.cached, (mode, knobs)

@@ -510,9 +510,9 @@ class RequestSlots:
             if r in first and ids[t - 1] != r:
                 raise ValueError(f"the tokens of request {r!r} are not adjacent in the step")
             starts[t] = first.setdefault(r, t)
-        bad = np.flatnonzero((toks < 0) | (toks >= self.vocab_size))
-        if bad.size:
-            t = int(bad[0])
+        outside = (toks < 0) | (toks >= self.vocab_size)
+        if outside.any():  # (every step: the index is looked up only for the error)
+            t = int(np.argmax(outside))
             raise ValueError(f"token {t} of the step has id {int(toks[t])}, outside the "
                              f"vocabulary [0, {self.vocab_size})")
         new = [r for r in first if r not in self.slots]

@@ -87,6 +87,16 @@ def decode_program_cached(config: ModelConfig, max_batch: int, max_context: int,
     return program
 
 
+def session_program(config: ModelConfig, max_batch: int, max_context: int,
+                    tiles: DecodeTiles, max_tokens: int,
+                    cache_dtype: str = "bfloat16") -> Program:
+    """The decode program a `GpuDecodeSession` of these arguments runs (bf16 weights),
+    from the disk cache where it was built before."""
+    return decode_program_cached(config, max_batch, max_context, tiles,
+                                 max_tokens=max_tokens, weight_dtype="bfloat16",
+                                 cache_dtype=cache_dtype)
+
+
 def precompile(config: ModelConfig, max_batch: int, max_context: int,
                builds: Sequence[tuple[DecodeTiles, str, Mapping[str, Any]]],
                cache_dtype: str = "bfloat16") -> int:
@@ -99,9 +109,8 @@ def precompile(config: ModelConfig, max_batch: int, max_context: int,
     from ..backends.cuda.compiler import ARCH, compile_many
     kernels: dict[tuple[str, str | None], str] = {}
     for tiles, mode, options in builds:
-        program = prepare_cached(decode_program_cached(
-            config, max_batch, max_context, tiles, max_tokens=max_batch,
-            weight_dtype="bfloat16", cache_dtype=cache_dtype), mode)
+        program = prepare_cached(session_program(config, max_batch, max_context, tiles,
+                                                 max_batch, cache_dtype), mode)
         ctas = options.get("ctas_per_sm", 1)
         source = generate(program, mode, ctas, decode_knobs(options.get("knobs")))
         kernels[source, options.get("fast_compile")] = kernel_name(program, mode, ctas)
@@ -141,9 +150,8 @@ class GpuDecodeSession(RequestSlots):
         self.config, self.mode, self.torch = config, mode, torch
         self.tiles = tiles or gpu_tiles(config, self.max_tokens)
         start = time.perf_counter()
-        self.program = decode_program_cached(config, max_batch, max_context, self.tiles,
-                                             max_tokens=self.max_tokens,
-                                             weight_dtype="bfloat16", cache_dtype=cache_dtype)
+        self.program = session_program(config, max_batch, max_context, self.tiles,
+                                       self.max_tokens, cache_dtype)
         _say(progress, f"building the {mode} decode megakernel ({config.architecture}, "
                        f"{config.num_layers} layers, {len(self.program.grids)} task grids, "
                        f"{max_batch} requests, B <= {self.max_tokens} tokens a step)")

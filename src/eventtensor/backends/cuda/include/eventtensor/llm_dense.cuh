@@ -907,8 +907,8 @@ static_assert(ET_LINEAR_CORE_ROWS == 1 || ET_LINEAR_CORE_ROWS == 2 || ET_LINEAR_
 
 // The rows of x in blocks of at most ET_LINEAR_CORE_ROWS, each through et_linear_words with
 // NB the block's rows rounded up to a power of two (so n <= 16 streams the weights once;
-// more rows stream them again per block, then mostly from L2). R = 4 rows per thread; 16 loads per thread in
-// flight for NB <= 2 (KW = 4, or KW = 2 double-buffered), 8 for NB = 4, 4 for NB = 8, 16,
+// more rows stream them again per block, then mostly from L2). R = 4 rows per thread; 16
+// loads per thread in flight for NB <= 2 (KW = 4, or KW = 2 double-buffered), 8 for NB = 4, 4 for NB = 8, 16,
 // whose accumulators take the registers. One row with k of at most 16 words (split-K chunks
 // of 128 bf16): R = 8, KW = 2, so that a pass's 16 loads per thread are all live and cover
 // 256 weight rows (a 64 KB tile in one round of loads). (Measured on an H200, one CTA per
@@ -942,16 +942,14 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
         O* ob = out + r0 * g.dr;
         if (b.rows == 1 && b.k <= 16 * V) et_linear_words<1, 8, 2, false, SCALED>(xb, w, ob, b);
         else if (b.rows == 1) et_linear_words<1, 4, 4, false, SCALED>(xb, w, ob, b);
-        else if constexpr (CR >= 2) {  // (only the instances a block of CR rows can need)
-            if (b.rows == 2) et_linear_words<2, 4, 2, true, SCALED>(xb, w, ob, b);
-            else if constexpr (CR >= 4) {
-                if (b.rows <= 4) et_linear_words<4, 4, 2, false, SCALED>(xb, w, ob, b);
-                else if constexpr (CR >= 8) {
-                    if (b.rows <= 8) et_linear_words<8, 4, 1, false, SCALED>(xb, w, ob, b);
-                    else if constexpr (CR >= 16)
-                        et_linear_words<16, 4, 1, false, SCALED>(xb, w, ob, b);
-                }
-            }
+        else if (b.rows == 2) {  // (each instance compiled only where a block can need it)
+            if constexpr (CR >= 2) et_linear_words<2, 4, 2, true, SCALED>(xb, w, ob, b);
+        } else if (b.rows <= 4) {
+            if constexpr (CR >= 4) et_linear_words<4, 4, 2, false, SCALED>(xb, w, ob, b);
+        } else if (b.rows <= 8) {
+            if constexpr (CR >= 8) et_linear_words<8, 4, 1, false, SCALED>(xb, w, ob, b);
+        } else if constexpr (CR >= 16) {
+            et_linear_words<16, 4, 1, false, SCALED>(xb, w, ob, b);
         }
     }
 }
