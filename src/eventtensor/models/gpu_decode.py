@@ -57,8 +57,9 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # cores: 22.92 to 19.03 ms at B = 64, B = 1 and 16 unchanged (2.03, 7.25 ms;
 # benchmarks/results/decode_tiles.md). Those linears' CUDA-core path is then compiled for
 # blocks of up to 8 rows only (it takes more only where the tensor cores cannot: k not a
-# multiple of 32, unaligned x), which takes 7% off the kernel's NVRTC compile (Llama-3.2-1B,
-# 2-CPU host: 8.7 to 8.1 s, two compiles each).
+# multiple of 32, unaligned x): Llama-3.2-1B's kernel has 33.6k instructions instead of
+# 36.0k and compiles in 12.1-13.1 s instead of 14.7 s on a 2-CPU host
+# (benchmarks/results/kernel_size/kernel_size.md).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
                 "ET_LINEAR_CORE_ROWS": 8}
 
