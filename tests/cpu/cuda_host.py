@@ -27,7 +27,8 @@ PATCHES = {
         r'asm volatile\("createpolicy\.fractional\.L2::evict_normal\.b64 %0, 1\.0;" '
         r': "=l"\(p\)\);': "p = 0;",
         r'(?s)asm volatile\("\{\\n\\t\.reg \.u64 d;.*?"memory"\);':
-            "if (bytes) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16); (void)policy;",
+            "if (bytes) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16); (void)policy; "
+            "++et_host_async_words;",
         r'asm volatile\("cp\.async\.commit_group;" ::: "memory"\);': "",
         r'asm volatile\("cp\.async\.wait_group %0;" :: "n"\(N\) : "memory"\);': "",
     },
@@ -51,6 +52,7 @@ PATCHES = {
 
 SHIM = r"""
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdio>
@@ -113,6 +115,7 @@ inline void et_host_mma(float* d, const unsigned* a, const unsigned* b) {
         for (int k = 0; k < 16; ++k) d[i] += A[g + 8 * (i >> 1)][k] * B[k][2 * q + (i & 1)];
     w.bar.arrive_and_wait();
 }
+static std::atomic<long long> et_host_async_words{0};  // ET_LINEAR_ASYNC copies issued
 static std::mutex et_prefetch_mutex;
 static std::set<const void*> et_prefetched;
 inline void et_host_prefetch(const void* p) {

@@ -141,13 +141,15 @@ def test_decode_sessions_default_knobs_compile():
 
 @pytest.mark.parametrize("knobs", [{"ET_PREFETCH_BYTES": 262144}, {"ET_STAGE_BYTES": 131072},
                                    {"ET_PREFETCH_NEXT": 0, "ET_PREFETCH_OWN": 1},
-                                   {"ET_LINEAR_MMA": 8}, {"ET_LINEAR_ASYNC": 3}])
+                                   {"ET_LINEAR_MMA": 8}, {"ET_LINEAR_ASYNC": 3},
+                                   {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1}])
 def test_decode_kernel_with_weight_prefetch_compiles(knobs):
     """With the prefetch window (the weight tiles of the tasks ahead go to L2 from the static
     walker), the stage ring (they are copied into shared memory ahead of their tasks), a
     task's own tiles prefetched while it waits, linears of 8 rows and more on tensor cores,
-    or one-row linears' weight words through rounds in shared memory, the decode kernel
-    compiles and differs from the default one."""
+    or one-row linears' weight words through rounds in shared memory (their first rounds
+    issued before the task's waits, too), the decode kernel compiles and differs from the
+    default one."""
     _, p = decode_program("tiny-llama", layers=2)
     plain = compile_source(generate(p, "static"), kernel_name(p, "static"))
     src = generate(p, "static", knobs=knobs)
@@ -155,6 +157,25 @@ def test_decode_kernel_with_weight_prefetch_compiles(knobs):
         assert f"#define {name} {value}" in src
     c = compile_source(src, kernel_name(p, "static"))
     assert c.cubin[:4] == b"\x7fELF" and c.cubin != plain.cubin
+
+
+def test_early_linear_parts_only_in_static_kernels_with_the_ring():
+    """ET_LINEAR_EARLY: the decode program's linear_partial grids get an early part (their
+    tile views, et_early_linear_partial) in static and unfused kernels; the other grids and
+    the dynamic kernel none; without ET_LINEAR_ASYNC's ring the knob is refused."""
+    _, p = decode_program("tiny-llama", layers=1)
+    knobs = {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}
+    src = generate(p, "static", knobs=knobs)
+    linear = [gi for gi, grid in enumerate(p.grids) if grid.kind == "linear_partial"]
+    assert len(linear) == 8
+    assert "bool et_has_early(int g) {\n    return " + \
+        " || ".join(f"g == {gi}" for gi in linear) + ";" in src
+    assert src.count("et_early_linear_partial(t0, t1, t2);") >= 2
+    assert "et_early_task" not in generate(p, "static", knobs={"ET_LINEAR_ASYNC": 2})
+    assert "et_early_task" not in generate(p, "dynamic", knobs=knobs)
+    with pytest.raises(ValueError, match="knob ET_LINEAR_EARLY=1: the early weight copies go "
+                                         "to the ring of ET_LINEAR_ASYNC"):
+        generate(p, "static", knobs={"ET_LINEAR_EARLY": 1})
 
 
 @pytest.mark.parametrize("name, bits", [("tiny-llama", 1 << 2), ("llama-3.2-1b", 1 << 4),

@@ -393,9 +393,34 @@ def expectations(case: Case, vals: dict):
     return out
 
 
-def run_cases(tmp, all_cases, prelude=PRELUDE):
+# ET_LINEAR_EARLY on the host: the body alone first, counting its weight copies, then the
+# outputs back to their sentinels, then the early part (it must issue the first rounds) and
+# the body (it must take them: the same copies in all, none issued twice or left counted)
+EARLY_RUN = """
+    const long long at_ = {at}, size_ = {size};
+    std::vector<unsigned char> sentinel_(D + at_, D + at_ + size_);
+    et_host_async_words = 0;
+    et_run_cta([&] {{ et_body_{kind}({call}); }});
+    const long long plain_ = et_host_async_words.exchange(0);
+    std::memcpy(D + at_, sentinel_.data(), size_);
+    std::atomic<int> bad_{{0}};
+    et_run_cta([&] {{
+        et_early_{kind}({call});
+        if (et_async_early() != ET_LINEAR_ASYNC - 1) ++bad_;
+        et_body_{kind}({call});
+        if (et_async_early() != 0) ++bad_;
+    }});
+    if (bad_ || et_host_async_words != plain_) {{
+        std::printf("case {i}: %d threads off, %lld copies early against %lld\\n", bad_.load(),
+                    et_host_async_words.load(), plain_);
+        return 3;
+    }}"""
+
+
+def run_cases(tmp, all_cases, prelude=PRELUDE, early=False):
     """Each case's body on the host emulation (compiled with `prelude`): per case, its out
-    tensors by role and its expectations (reference and tolerance by role)."""
+    tensors by role and its expectations (reference and tolerance by role). With `early`
+    (one out tensor a case), each runs as EARLY_RUN."""
     rng = np.random.default_rng(11)
     layout, blocks, cases = Layout(), [], []
     for i, case in enumerate(all_cases):
@@ -411,8 +436,15 @@ def run_cases(tmp, all_cases, prelude=PRELUDE):
             names.append(f"t_{role}")
         call = ", ".join([*names, *case.args])
         lines += [f"    et_host_staged = {str(case.staged).lower()};",
-                  f"    et_host_mma_rows = {case.mma};",
-                  f"    et_run_cta([&] {{ et_body_{case.kind}({call}); }});", "}"]
+                  f"    et_host_mma_rows = {case.mma};"]
+        if early:
+            (role, t), = case.outs.items()
+            size = int(np.prod(t.shape)) * (2 if t.dtype == B else 4)
+            lines.append(EARLY_RUN.format(at=outs[role], size=size, kind=case.kind, call=call,
+                                          i=i))
+        else:
+            lines.append(f"    et_run_cta([&] {{ et_body_{case.kind}({call}); }});")
+        lines.append("}")
         blocks.append("\n".join(lines))
         cases.append((case, outs, expectations(case, vals)))
     data, back = tmp / "data.bin", tmp / "back.bin"
@@ -529,6 +561,22 @@ def async_results(request, tmp_path_factory):
                          ids=[case_id(c) for c in ONE_ROW_CASES])
 def test_linear_async_rounds_match_reference(async_results, i):
     check_outputs(*async_results[i])
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["early2", "early3"])
+def early_results(request, tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp(f"early{request.param}"), ONE_ROW_CASES,
+                     PRELUDE + f"#define ET_LINEAR_ASYNC {request.param}\n"
+                     "#define ET_LINEAR_EARLY 1\n", early=True)
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(ONE_ROW_CASES)),
+                         ids=[case_id(c) for c in ONE_ROW_CASES])
+def test_linear_early_rounds_match_reference(early_results, i):
+    """The first rounds issued before the task's waits (et_early_linear_partial), the rest
+    by the body: the body's outputs, and the copies counted in EARLY_RUN."""
+    check_outputs(*early_results[i])
 
 
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"]

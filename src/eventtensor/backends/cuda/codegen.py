@@ -27,7 +27,11 @@ GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
          "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
          "ET_PREFETCH_OWN", "ET_LINEAR_MMA", "ET_LINEAR_MMA_NT", "ET_LINEAR_MMA_KU",
-         "ET_LINEAR_MMA_LO", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_ATTN_NEXT_PASS")
+         "ET_LINEAR_MMA_LO", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY",
+         "ET_ATTN_NEXT_PASS")
+# task kinds with an early part, run before their waits where ET_LINEAR_EARLY is set
+# (llm_dense.cuh et_early_<kind>, the body's arguments)
+EARLY_KINDS = ("linear_partial",)
 ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
@@ -272,6 +276,9 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                          f"rounds of {ASYNC_ROUND_BYTES} bytes in shared memory (0: none), "
                          f"at most {stage_bytes(ctas_per_sm)} bytes with {ctas_per_sm} CTA(s) "
                          "per SM")
+    if knobs.get("ET_LINEAR_EARLY", 0) and not rounds:
+        raise ValueError(f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: the early weight "
+                         "copies go to the ring of ET_LINEAR_ASYNC; set it to 2 or 3")
     if rounds and staging:
         raise ValueError(f"knobs ET_STAGE_BYTES={staging} and ET_LINEAR_ASYNC={rounds} both "
                          "take the dynamic shared memory; set one of them")
@@ -312,6 +319,8 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
            "#define ET_TENSOR(i) (et_tensor_table()[i])" if uses_tensor_table(p) else
            f"#define ET_TENSOR(i) (A[{SYM_BASE + len(p.symbols)} + (i)])", ""]
     out += _dispatch(g)
+    if knobs.get("ET_LINEAR_EARLY", 0) and mode in ("static", "unfused"):
+        out += _early(g)
     out += _stage(g) + _extra_waits(g) + _extra_notifies(g, dynamic) + _runtime_counts(g)
     out += _arm_written(g, dynamic) + _arm_inputs(g, dynamic)
     out += _release_triggers(g, dynamic, mode == "hybrid")
@@ -392,37 +401,66 @@ def _grid_switch(g: _Gen, header: str, case, switch_note: str = "",
     return out + ["    }", *tail, "}", ""]
 
 
+def _body_call(g: _Gen, grid: TaskGrid, ren, fn: str, staged: dict[int, int],
+               before: tuple[str, ...] = ()) -> list[str]:
+    """Lines building the tile views of a task of `grid` (a region in `staged`, by id: its
+    stage ring slot's view) and calling `fn` with them and the kind's parameters, `before`
+    the call."""
+    if grid.kind not in BODIES:
+        raise UnsupportedOnGpu(f"task grid '{grid.name}' uses task kind '{grid.kind}', "
+                               "which has no CUDA body yet")
+    regions = {("reads", r.tensor): r for r in grid.reads}
+    regions.update({("writes", r.tensor): r for r in grid.writes})
+    lines, args = [], []
+    spec, params = BODIES[grid.kind]
+    for k, (role, which) in enumerate(spec):
+        optional = which.startswith("?")
+        tensor = _tensor_of(grid, role, which.lstrip("?"))
+        if optional and not tensor:
+            lines.append(f"        const EtTile t{k} = {{}};  // no {which[2:]}")
+            args.append(f"t{k}")
+            continue
+        if (role, tensor) not in regions:
+            raise UnsupportedOnGpu(f"task grid '{grid.name}' ({grid.kind}) must {role[:-1]} "
+                                   f"tensor '{tensor}'")
+        region = regions[(role, tensor)]
+        lines += _tile(f"t{k}", region, g, ren, role, staged.get(id(region)))
+        args.append(f"t{k}")
+    args += [_param(grid, name) for name in params]
+    return [*lines, *before, f"        {fn}({', '.join(args)});"]
+
+
 def _dispatch(g: _Gen) -> list[str]:
     def case(grid: TaskGrid, ren) -> tuple[str, list[str]]:
         staged = {id(r): j for j, r in enumerate(_staged_regions(g, grid))}
-        if grid.kind not in BODIES:
-            raise UnsupportedOnGpu(f"task grid '{grid.name}' uses task kind '{grid.kind}', "
-                                   "which has no CUDA body yet")
-        regions = {("reads", r.tensor): r for r in grid.reads}
-        regions.update({("writes", r.tensor): r for r in grid.writes})
-        lines, args = [], []
-        spec, params = BODIES[grid.kind]
-        for k, (role, which) in enumerate(spec):
-            optional = which.startswith("?")
-            tensor = _tensor_of(grid, role, which.lstrip("?"))
-            if optional and not tensor:
-                lines.append(f"        const EtTile t{k} = {{}};  // no {which[2:]}")
-                args.append(f"t{k}")
-                continue
-            if (role, tensor) not in regions:
-                raise UnsupportedOnGpu(f"task grid '{grid.name}' ({grid.kind}) must {role[:-1]} "
-                                       f"tensor '{tensor}'")
-            region = regions[(role, tensor)]
-            lines += _tile(f"t{k}", region, g, ren, role, staged.get(id(region)))
-            args.append(f"t{k}")
-        args += [_param(grid, name) for name in params]
-        lines.append("        et_stamp_setup(A, task);")
-        lines.append(f"        et_body_{grid.kind}({', '.join(args)});")
-        return f"task grid {grid.name}, kind {grid.kind}", lines
+        return f"task grid {grid.name}, kind {grid.kind}", _body_call(
+            g, grid, ren, f"et_body_{grid.kind}", staged, ("        et_stamp_setup(A, task);",))
 
     return _grid_switch(g, "__device__ void et_run_task(const long long* A, "
                            "const EtTask& task, void* const* staged) {",
                         case, "  // task grid")
+
+
+def _has_early_part(grid: TaskGrid) -> bool:
+    """Whether a task of `grid` has an early part (EARLY_KINDS): its tile views are known
+    before its waits (no region reads a device tensor)."""
+    return grid.kind in EARLY_KINDS and not any(
+        r.map.is_data_dependent for r in (*grid.reads, *grid.writes))
+
+
+def _early(g: _Gen) -> list[str]:
+    """`et_early_task`, each grid's early part before its waits (runtime.cuh, knob
+    ET_LINEAR_EARLY), and the predicate `et_has_early`."""
+    def case(grid: TaskGrid, ren):
+        if not _has_early_part(grid):
+            return None
+        return f"task grid {grid.name}, kind {grid.kind}", _body_call(
+            g, grid, ren, f"et_early_{grid.kind}", {})
+
+    early = [gi for gi, grid in enumerate(g.p.grids) if _has_early_part(grid)]
+    return _grid_switch(g, "__device__ void et_early_task(const long long* A, "
+                           "const EtTask& task) {", case) + \
+        _grid_predicate(g, "et_has_early", early)
 
 
 def _param(grid: TaskGrid, spec: str) -> str:

@@ -526,6 +526,9 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 #ifndef ET_LINEAR_ASYNC
 #define ET_LINEAR_ASYNC 0
 #endif
+#ifndef ET_LINEAR_EARLY  // (runtime.cuh sets it in a megakernel)
+#define ET_LINEAR_EARLY 0
+#endif
 #define ET_ASYNC_ROUND_BYTES 65536  // 256 threads x 16 words x 16 bytes
 static_assert(ET_LINEAR_ASYNC == 0 || ET_LINEAR_ASYNC == 2 || ET_LINEAR_ASYNC == 3,
               "ET_LINEAR_ASYNC takes 0 (off), 2 or 3 rounds");
@@ -557,6 +560,51 @@ __device__ __forceinline__ void et_async_commit() {
 template <int N>
 __device__ __forceinline__ void et_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Round q of the one-row path's weight words (R rows of KW words a thread, et_linear_words'
+// mapping: step q % steps of column pass q / steps), this thread's share, into ring slot
+// q % ET_LINEAR_ASYNC; zeros past k and c.
+template <int R, int KW, typename W>
+__device__ __forceinline__ void et_async_round(const W* w, const EtLinear& g, int steps, int q,
+                                               unsigned long long policy) {
+    constexpr int V = 16 / sizeof(W), STEP = 8 * KW;
+    const int lane = (int)threadIdx.x & 7, grp = (int)threadIdx.x >> 3, words = g.k / V;
+    const int jq = q / steps * 32 * R, sq = q % steps;
+    const W* wq = w + (jq + grp) * g.wr + lane * V;
+    EtWord16* slot = et_async_ring() + (q % ET_LINEAR_ASYNC) * 16 * 256 + (int)threadIdx.x;
+#pragma unroll
+    for (int m = 0; m < KW; ++m)
+#pragma unroll
+        for (int u = 0; u < R; ++u) {
+            const int word = STEP * sq + 8 * m;  // of lane 0
+            const bool ok = jq + grp + 32 * u < g.cols && word + lane < words;
+            et_async_word(slot + (u * KW + m) * 256, ok ? wq + 32 * u * g.wr + word * V : w,
+                          ok ? 16 : 0, policy);
+        }
+}
+
+// The one-row path's first ET_LINEAR_ASYNC - 1 rounds, a cp.async group each (empty past
+// the last round): what et_linear_words has in flight before it takes round 0.
+template <int R, int KW, typename W>
+__device__ __forceinline__ void et_async_first_rounds(const W* w, const EtLinear& g,
+                                                      unsigned long long policy) {
+    constexpr int V = 16 / sizeof(W), STEP = 8 * KW;
+    const int steps = (g.k / V + STEP - 1) / STEP;
+    const int rounds = (g.cols + 32 * R - 1) / (32 * R) * steps;
+#pragma unroll
+    for (int q = 0; q < ET_LINEAR_ASYNC - 1; ++q) {
+        if (q < rounds) et_async_round<R, KW>(w, g, steps, q, policy);
+        et_async_commit();
+    }
+}
+
+// ET_LINEAR_EARLY (runtime.cuh): the rounds of the coming one-row linear body this thread
+// issued before its task's waits (0 or ET_LINEAR_ASYNC - 1). Each thread reads back only
+// its own count, as it does its own copies: no barrier.
+__device__ __forceinline__ unsigned char& et_async_early() {
+    __shared__ unsigned char issued[256];
+    return issued[threadIdx.x];
 }
 
 // The streaming path of linear_partial, for rows <= NB of x and weight rows that are runs of
@@ -618,26 +666,15 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     const int rounds = ASYNC ? (g.cols + 32 * R - 1) / (32 * R) * steps : 0;
     int round = 0;  // the next round a step takes
     unsigned long long policy = 0;
-    if constexpr (ASYNC) policy = et_async_policy<HINT>();
-    auto issue = [&](int q) {
-        const int jq = q / steps * 32 * R, sq = q % steps;
-        const W* wq = w + (jq + grp) * g.wr + lane * V;
-        EtWord16* slot = et_async_ring() + (q % D) * 16 * 256 + (int)threadIdx.x;
-#pragma unroll
-        for (int m = 0; m < KW; ++m)
-#pragma unroll
-            for (int u = 0; u < R; ++u) {
-                const int word = STEP * sq + 8 * m;  // of lane 0
-                const bool ok = jq + grp + 32 * u < g.cols && word + lane < words;
-                et_async_word(slot + (u * KW + m) * 256, ok ? wq + 32 * u * g.wr + word * V : w,
-                              ok ? 16 : 0, policy);
-            }
-    };
-    if constexpr (ASYNC)
-        for (int q = 0; q < D - 1; ++q) {  // the first D - 1 rounds (a group each) in flight
-            if (q < rounds) issue(q);
-            et_async_commit();
+    if constexpr (ASYNC) {  // the first D - 1 rounds in flight (issued early, or now)
+        policy = et_async_policy<HINT>();
+        bool early = false;
+        if constexpr (ET_LINEAR_EARLY) {
+            early = et_async_early() != 0;
+            et_async_early() = 0;
         }
+        if (!early) et_async_first_rounds<R, KW>(w, g, policy);
+    }
     for (int j0 = 0; j0 < g.cols; j0 += 32 * R) {
         const W* wg = w + (j0 + grp) * g.wr + lane * V;  // this thread's first row and word
         EtWord16 cur[R][KW], nxt[R][KW];
@@ -655,7 +692,8 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         };
         auto take_w = [&](EtWord16 (&dst)[R][KW], int s) {  // step s's words into dst
             if constexpr (ASYNC) {  // the round D - 1 ahead issued, this one's group waited
-                if (round + D - 1 < rounds) issue(round + D - 1);
+                if (round + D - 1 < rounds)
+                    et_async_round<R, KW>(w, g, steps, round + D - 1, policy);
                 et_async_commit();
                 et_async_wait<D - 1>();
                 const EtWord16* slot = et_async_ring() + (round % D) * 16 * 256 +
@@ -915,6 +953,13 @@ static_assert(ET_LINEAR_CORE_ROWS == 1 || ET_LINEAR_CORE_ROWS == 2 || ET_LINEAR_
 // SM streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about
 // 3.8 TB/s, n = 2 at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of
 // device-to-device copy.) Up to 255 registers, no spills, at one CTA per SM.
+// Whether et_linear_blocks takes one row of g in one pass of R = 8, KW = 2 (k of at most 16
+// words), else R = 4, KW = 4.
+template <typename W>
+__device__ __forceinline__ bool et_one_pass_row(const EtLinear& g, const W*) {
+    return g.k <= 16 * (16 / (int)sizeof(W));
+}
+
 template <bool SCALED = false, typename X, typename W, typename O>
 __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
     constexpr int V = 16 / sizeof(W);
@@ -940,7 +985,8 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
         b.r0 = g.r0 + r0;
         const X* xb = x + r0 * g.xr;
         O* ob = out + r0 * g.dr;
-        if (b.rows == 1 && b.k <= 16 * V) et_linear_words<1, 8, 2, false, SCALED>(xb, w, ob, b);
+        if (b.rows == 1 && et_one_pass_row(b, w))
+            et_linear_words<1, 8, 2, false, SCALED>(xb, w, ob, b);
         else if (b.rows == 1) et_linear_words<1, 4, 4, false, SCALED>(xb, w, ob, b);
         else if (b.rows == 2) {  // (each instance compiled only where a block can need it)
             if constexpr (CR >= 2) et_linear_words<2, 4, 2, true, SCALED>(xb, w, ob, b);
@@ -1106,6 +1152,16 @@ __device__ __forceinline__ EtLinear et_linear_of(const EtTileT<X>& x, const EtTi
             et_back_s(out, 1), et_back_s(out, 0), 0};
 }
 
+// Whether et_linear_staged takes the tiles (w's tile in shared memory: the stage ring).
+template <typename X, typename W>
+__device__ __forceinline__ bool et_linear_staged_ok(const X* x, const W* w, const EtLinear& g) {
+    if constexpr (!ET_LINEAR_STAGED)
+        return false;
+    else
+        return g.rows <= 2 && __isShared(w) && g.xk == 1 && g.xr % 4 == 0 &&
+           reinterpret_cast<unsigned long long>(x) % 16 == 0;
+}
+
 // linear_partial: out[.., r, j] = sum_t x[r, t] * w[j, t] for x [n, k], w [c, k] (HF layout,
 // [out, in]) and out [n, c] or [1, n, c]. Plain tiles whose w rows are runs of aligned
 // 16-byte words: et_linear_staged for w in shared memory (staged) and n <= 2, else
@@ -1115,14 +1171,33 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
                                                        const EtTileT<O>& out) {
     const EtLinear g = et_linear_of(x, w, out);
     if (et_linear_words_ok(x, w, out, g)) {
-        if constexpr (ET_LINEAR_STAGED)
-            if (g.rows <= 2 && __isShared(w.p) && g.xk == 1 && g.xr % 4 == 0 &&
-                reinterpret_cast<unsigned long long>(x.p) % 16 == 0)
-                return g.rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
-                                   : et_linear_staged<2>(x.p, w.p, out.p, g);
+        if (et_linear_staged_ok(x.p, w.p, g))
+            return g.rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
+                               : et_linear_staged<2>(x.p, w.p, out.p, g);
         return et_linear_blocks(x.p, w.p, out.p, g);
     }
     et_linear_rest(x, w, out, et_linear_plain(x, w, out), g);
+}
+
+// The early part of a linear_partial task (knob ET_LINEAR_EARLY, runtime.cuh), all threads,
+// before the task waits on its inputs: where its body will take the one-row streaming path
+// with the ring of rounds (ET_LINEAR_ASYNC), this thread's first ET_LINEAR_ASYNC - 1 rounds
+// of weight words issued, as that path would issue them, and counted in et_async_early for
+// the body to skip. Reads no input (x's pointer and shape only), so that no wait guards it.
+template <typename X, typename W, typename O>
+__device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
+                                                        const EtTileT<W>& w,
+                                                        const EtTileT<O>& out) {
+    if constexpr (ET_LINEAR_ASYNC > 0 && ET_LINEAR_EARLY) {
+        const EtLinear g = et_linear_of(x, w, out);
+        if (g.rows != 1 || !et_linear_words_ok(x, w, out, g) ||
+            et_linear_staged_ok(x.p, w.p, g) || (ET_LINEAR_MMA_BUILT && et_mma_ok(x.p, w.p, g)))
+            return;
+        const unsigned long long policy = et_async_policy<ET_WEIGHTS_EVICT_FIRST>();
+        if (et_one_pass_row(g, w.p)) et_async_first_rounds<8, 2>(w.p, g, policy);
+        else et_async_first_rounds<4, 4>(w.p, g, policy);
+        et_async_early() = ET_LINEAR_ASYNC - 1;
+    }
 }
 
 // norm_linear_partial: linear_partial of x [n, k] scaled per row by 1 / sqrt(sum(ss[r, :]) /

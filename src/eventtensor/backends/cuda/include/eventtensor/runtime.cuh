@@ -523,6 +523,22 @@ __device__ bool et_ring_wait(const long long* A, int task, int slot, unsigned pa
 __device__ void et_ring_init();
 
 // Whether a static task of grid g takes et_do_sync_task (thread 0 alone).
+// Weights before the waits (knob ET_LINEAR_EARLY, with ET_LINEAR_ASYNC): all threads of the
+// CTA run the early part of a static task that will wait (generated et_early_task: for a
+// one-row linear, its first rounds of weight copies, llm_dense.cuh et_early_linear_partial)
+// before thread 0 waits on its events, so that the copies arrive while it waits. Not with a
+// device queue (ET_ARMED_COUNTS): a task nested in a blocked wait would take the ring.
+#ifndef ET_LINEAR_EARLY
+#define ET_LINEAR_EARLY 0
+#endif
+#if ET_LINEAR_EARLY && !defined(ET_ARMED_COUNTS)
+#define ET_EARLY_TASKS 1
+__device__ void et_early_task(const long long* A, const EtTask& task);
+__device__ __forceinline__ bool et_has_early(int g);
+#else
+#define ET_EARLY_TASKS 0
+#endif
+
 __device__ __forceinline__ bool et_thread0_task(int g) {
 #ifdef ET_HYBRID  // (hybrid: a blocked wait may run a dynamic task, which takes the CTA)
     return false;
@@ -583,8 +599,12 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& ne
         if (threadIdx.x == 0) et_do_sync_task(A, v, fetch_ns);
         return true;
     }
+    const bool waits = (v.num_waits && !satisfied) || et_has_extra_waits(v.task.a.x);
+#if ET_EARLY_TASKS
+    if (!DYNAMIC && waits && et_has_early(v.task.a.x)) et_early_task(A, v.task);
+#endif
     int ok = 1;  // a task without waits or staged tiles needs neither verdict nor barrier
-    while ((v.num_waits && !satisfied) || et_has_extra_waits(v.task.a.x) || slot >= 0) {
+    while (waits || slot >= 0) {
         if (threadIdx.x == 0 && !satisfied) {
 #ifdef ET_HYBRID
             s_ok = et_wait_task(A, v, DYNAMIC ? nullptr : &s_nest);
