@@ -32,20 +32,34 @@ from .weights import check_weights
 PER_TOKEN = ("tokens", "positions", "slots", "starts")  # inputs of one entry per token
 
 
+# Floats of the attention fast path's score buffer (llm_common.cuh ET_LLM_SMEM_BYTES / 4):
+# an attention tile of T keys and G query heads a KV head (rounded up to 2, 4 or 8) takes it
+# where T * G fits.
+ATTN_SCORE_FLOATS = 4096
+
+
 def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     """Tiles for the H200: one row tile for up to 64 tokens (each weight tile is read once
     per step), split-K 16 over the hidden size so that the q, k and v projections have
     16 * K tasks each, and 4 for gate and up, 256-column FFN tiles, 128-column output and
-    vocabulary tiles, KV chunks of 128 positions, and norms and residual adds over tiles of
-    8 rows by 256 columns (benchmarks/results/history/decode_tiles_6dcf913.md: these norm,
-    residual and gate/up tiles took Llama-3.2-1B from 3.43 to 2.88 ms at B = 1 and 10.68 to
-    7.31 ms at B = 16)."""
+    vocabulary tiles, and norms and residual adds over tiles of 8 rows by 256 columns
+    (benchmarks/results/history/decode_tiles_6dcf913.md: these norm, residual and gate/up
+    tiles took Llama-3.2-1B from 3.43 to 2.88 ms at B = 1 and 10.68 to 7.31 ms at B = 16).
+    KV chunks: 128 positions where a step has fewer than 16 tokens, so that a few requests'
+    attention spreads over more tasks; else as many as the fast path's score buffer holds
+    (1024 for up to 4 query heads a KV head), so that a request's attention is one task a KV
+    head and needs no merge up to that context. Llama-3.2-1B, context 512, kernel for 64
+    tokens, on an H100: 5.88 to 4.64 ms at B = 16, 16.53 to 12.43 ms at B = 64, 2.21 to
+    2.31 ms at B = 1 (benchmarks/results/decode_tiles_h100.md)."""
     E = config.hidden_size
     k_split = 16 if E % 16 == 0 else 1
     mlp_split = 4 if E % 4 == 0 else 1
     ffn = 256 if config.intermediate_size % 256 == 0 else 128
+    group = config.num_heads // config.num_kv_heads
+    group = 2 if group <= 2 else 4 if group <= 4 else 8
+    kv_chunk = 128 if max_tokens < 16 else min(1024, ATTN_SCORE_FLOATS // group)
     return DecodeTiles(rows=min(max_tokens, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
-                       vocab_tile=128, kv_chunk=128, mlp_split=mlp_split, norm_rows=8,
+                       vocab_tile=128, kv_chunk=kv_chunk, mlp_split=mlp_split, norm_rows=8,
                        residual_tile=256)
 
 
