@@ -10,7 +10,7 @@ A configuration: `rows` weight rows a task (its output columns), `split` K split
 many chunks (a task per chunk), `ring` the stage ring's bytes (knob ET_STAGE_BYTES; 0: L2
 prefetch of the next task's tile), `ctas` CTAs per SM, `mma` the fewest rows of x that go to
 tensor cores (knob ET_LINEAR_MMA; 0: none), and any device-library knob as ET_NAME=N (e.g.
-the tensor-core shape, ET_LINEAR_MMA_NT=1). Each configuration's output is
+x rounded to bf16 on tensor cores, ET_LINEAR_MMA_LO=0). Each configuration's output is
 checked against torch's (fp32) before it is timed; a profiled launch gives the median task
 body and where the CTAs' time goes. Writes linear_bench.json and linear_bench.md.
 """

@@ -196,10 +196,10 @@ def test_precompile_fills_the_cache_with_the_sessions_kernels():
     cfg = get_config("tiny-llama").replace(num_layers=1)
     tiles = gpu_tiles(cfg, 4)
     builds = [(tiles, "static", {}), (tiles, "unfused", {}), (tiles, "static", {}),
-              (tiles, "static", {"knobs": {"ET_LINEAR_MMA_NT": 1}})]
+              (tiles, "static", {"knobs": {"ET_LINEAR_MMA_LO": 0}})]
     assert precompile(cfg, 4, 64, builds) == 3
     program = session_program(cfg, 4, 64, tiles, 4)
-    for mode, knobs in (("static", None), ("unfused", None), ("static", {"ET_LINEAR_MMA_NT": 1})):
+    for mode, knobs in (("static", None), ("unfused", None), ("static", {"ET_LINEAR_MMA_LO": 0})):
         build = build_kernel(program, mode, 8, knobs=decode_knobs(knobs))
         assert build.compiled.cached, (mode, knobs)
     assert not build_kernel(program, "dynamic", 8, knobs=decode_knobs(None)).compiled.cached

@@ -226,14 +226,15 @@ CASES = [
         (1, 1024, 40, {"out": Tile((2, 3, 60), (1, 1, 4), (1, 1, 40))}))),
     # linear_partial on tensor cores (et_linear_mma, from 8 rows; x rows 16-byte aligned:
     # x_cols 4): 1, 2 and 4 row tiles of 16, clipped rows and column tiles, two blocks of 64
-    # rows, a split-K slice of x and w, k of 10 blocks over two passes of column tiles, a
-    # rank-3 out; below the threshold, bf16 x (not
-    # float) and k not a multiple of 32, the CUDA-core paths
+    # rows, a split-K slice of x and w, k of 10 blocks (chunks cut short), a rank-3 out, more
+    # columns than a pass takes (256), k of 2.5 chunks at 4 row tiles; below the threshold,
+    # bf16 x (not float) and k not a multiple of 32, the CUDA-core paths
     *(linear(n, k, c, x_cols=4, mma=8, **kw) for n, k, c, kw in (
         (16, 256, 64, {}), (8, 512, 40, {}), (17, 128, 24, {}), (64, 64, 200, {}),
         (33, 96, 8, {}), (70, 32, 16, {}), (13, 64, 36, {"x_lo": (1, 64)}),
         (16, 128, 72, {"w_shape": (100, 512), "w_lo": (8, 256)}), (20, 320, 136, {}),
         (9, 32, 24, {"out": Tile((2, 10, 30), (1, 1, 4), (1, 9, 24))}),
+        (16, 64, 300, {}), (40, 96, 264, {}), (48, 160, 40, {}),
         (4, 128, 32, {}), (16, 64, 32, {"dtype": B}), (16, 48, 32, {}))),
     # linear_partial, lane groups (et_dot2): k not a multiple of 8, unaligned weight rows
     linear(5, 100, 48), linear(3, 64, 20, w_lo=(0, 4)), linear(2, 37, 16, F),
@@ -475,26 +476,19 @@ def results(tmp_path_factory):
 
 
 MMA_CASES = [c for c in CASES if c.mma]
-# et_linear_mma's knobs besides the default (NT 2, KU 4, LO 1): one tile a warp with one
-# block of k a round, four tiles with rounds of three blocks (k of 32 to 512: rounds cut
-# short, tiles past the last column), and x rounded to bf16 (LO 0; x drawn as bf16 values,
-# so that the reference is exact)
-MMA_VARIANTS = [(1, 1, 1), (4, 3, 1), (2, 4, 0)]
+# et_linear_mma with x rounded to bf16 (ET_LINEAR_MMA_LO 0; x drawn as bf16 values, so that
+# the reference is exact)
 
 
 def bf16_normal(rng, shape):
     return round_to_dtype(B, normal(rng, shape))
 
 
-@pytest.fixture(scope="module", params=MMA_VARIANTS,
-                ids=[f"nt{n}-ku{k}-lo{lo}" for n, k, lo in MMA_VARIANTS])
-def mma_variant_results(request, tmp_path_factory):
-    nt, ku, lo = request.param
-    prelude = PRELUDE + "".join(f"#define ET_LINEAR_MMA_{name} {v}\n"
-                                for name, v in (("NT", nt), ("KU", ku), ("LO", lo)))
-    cases = MMA_CASES if lo else [replace(c, data={**c.data, "x": bf16_normal})
-                                  for c in MMA_CASES]
-    return run_cases(tmp_path_factory.mktemp(f"mma_nt{nt}_ku{ku}_lo{lo}"), cases, prelude)
+@pytest.fixture(scope="module")
+def mma_lo0_results(tmp_path_factory):
+    prelude = PRELUDE + "#define ET_LINEAR_MMA_LO 0\n"
+    cases = [replace(c, data={**c.data, "x": bf16_normal}) for c in MMA_CASES]
+    return run_cases(tmp_path_factory.mktemp("mma_lo0"), cases, prelude)
 
 
 def check_outputs(tensors, expect):
@@ -523,8 +517,8 @@ def test_body_matches_reference(results, i):
 
 @needs_cxx
 @pytest.mark.parametrize("i", range(len(MMA_CASES)), ids=[case_id(c) for c in MMA_CASES])
-def test_mma_variants_match_reference(mma_variant_results, i):
-    check_outputs(*mma_variant_results[i])
+def test_mma_x_rounded_to_bf16_matches_reference(mma_lo0_results, i):
+    check_outputs(*mma_lo0_results[i])
 
 
 # the CUDA-core linear paths with ET_LINEAR_CORE_ROWS 2: more rows in blocks of 2 and 1
@@ -635,15 +629,15 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")
 @pytest.mark.parametrize("defines, spill", [([], 0), (["-DET_WEIGHTS_EVICT_FIRST=1"], 8),
-                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8"], 4)])
+                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8"], 32)])
 def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
-    spills registers; with weights loaded evict-first (an opt-in knob), one 8-byte spill in
+    spills registers; with weights loaded evict-first (an opt-in knob), at most 8 bytes in
     the one-row, 8-rows-per-thread pass; with the tensor-core path (ET_LINEAR_MMA, and the
     CUDA-core path up to 8 rows a pass as the decode kernel has it), whose functions spill
-    nothing, a 4-byte spill in the body that calls them (the registers it keeps across the
-    call). The streaming passes that fold an RMSNorm into x (SCALED) and the
-    norm_linear_partial bodies may spill up to 16 bytes."""
+    nothing, at most 32 bytes once a task in the body that calls them (the registers it
+    keeps across the call). The streaming passes that fold an RMSNorm into x (SCALED) and
+    the norm_linear_partial bodies may spill up to 16 bytes."""
     src = tmp_path / "dense.cu"
     src.write_text(INSTANCES)
     res = subprocess.run([NVCC, "-arch=sm_90a", "-std=c++17", "--use_fast_math", *defines,
@@ -655,5 +649,4 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     folded = {n: v for n, v in found.items() if "norm_linear" in n or re.search(scaled, n)}
     assert all(max(v) <= 16 for v in folded.values()), folded
     plain = {n: v for n, v in found.items() if n not in folded}
-    assert all(v == (spill, spill) for v in plain.values()) and len(plain) <= (spill > 0), \
-        plain
+    assert all(max(v) <= spill for v in plain.values()) and len(plain) <= (spill > 0), plain

@@ -31,8 +31,8 @@ def test_configs_parse_and_name_bad_items(bench):
     assert bench.config_knobs(bench.parse_config("mma=8,ring=4096")) == {
         "ET_STAGE_BYTES": 4096, "ET_LINEAR_MMA": 8}
     assert bench.config_knobs(bench.parse_config("rows=32")) == {}
-    assert bench.config_knobs(bench.parse_config("mma=8,ET_LINEAR_MMA_KU=2")) == {
-        "ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_KU": 2}
+    assert bench.config_knobs(bench.parse_config("mma=8,ET_LINEAR_MMA_LO=0")) == {
+        "ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_LO": 0}
     with pytest.raises(SystemExit, match="'ET_NOPE=1' is not one of"):
         bench.parse_config("ET_NOPE=1")
     with pytest.raises(SystemExit, match="'cols=4' is not one of rows=N, split=N"):

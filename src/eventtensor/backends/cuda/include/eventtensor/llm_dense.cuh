@@ -811,92 +811,124 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
     lo[0] = et_bf16x2(r[0], r[1]), lo[1] = et_bf16x2(r[2], r[3]);
 }
 
-// Column tiles of 8 weight rows a warp of et_linear_mma takes at once (they share its x
-// fragments), and blocks of 32 of k per round of weight loads (the next round's loads are in
-// flight during this round's MMAs: 2 * KU * NT words a lane).
-#ifndef ET_LINEAR_MMA_NT
-#define ET_LINEAR_MMA_NT 2
-#endif
-#ifndef ET_LINEAR_MMA_KU
-#define ET_LINEAR_MMA_KU 4
-#endif
 // 1: x as bf16 hi and lo parts, two MMAs each (x kept to about 16 bits of mantissa);
 // 0: x rounded to bf16, one MMA (half the tensor-core and split work, x as a bf16 model has it)
 #ifndef ET_LINEAR_MMA_LO
 #define ET_LINEAR_MMA_LO 1
 #endif
 
-// linear_partial on tensor cores, rows <= 16 * MT of x: warp w takes NT column tiles of 8
-// weight rows at a time (tiles NT w .. NT w + NT - 1, then NT warps further on); per block
-// of 32 of k, lane l = 4 g + q loads, of each tile, the 16-byte word of weight row g at k
-// 8q .. 8q + 7 (a warp: 8 rows x 64 contiguous bytes) and runs two MMAs per 16 rows of x,
-// the first on the word's k 8q .. 8q + 3, the second on 8q + 4 .. 8q + 7: the MMA's k index
-// kk stands for the block's k 8q + 4h + 2 (kk / 8) + kk % 2 (q = kk % 8 / 2) in both
-// operands, so A's registers are the float4 of x rows g, g + 8 at k 8q + 4h, split into bf16
-// hi and lo parts (two MMAs each; hi alone with ET_LINEAR_MMA_LO 0). Rounds of KU blocks, the
-// next round loaded before this one's MMAs. Accumulators in float; k a multiple of 32, x rows
-// 16-byte aligned with unit column stride, w's rows whole words.
+// The A fragments of one m16n8k16 MMA, lane by lane: x's bf16 hi parts and what they leave.
+struct EtFragHL {
+    EtWord16 hi, lo;
+};
+
+// linear_partial on tensor cores, rows <= 16 * MT of x. k goes in chunks of KB blocks of 32:
+// the CTA stages a chunk of x once, split into bf16 hi and lo parts already in the MMA's A
+// fragment layout (EtFragHL, lane by lane, in et_llm_smem), so that every warp takes its
+// fragments with two 16-byte shared loads instead of loading and splitting x itself. Warp w
+// takes the column tiles of 8 weight rows w, w + warps, ... (NT of them, a pass; more columns
+// go in further passes); per block of 32 of k, lane l = 4 g + q loads, of each tile, the
+// 16-byte word of weight row g at k 8q .. 8q + 7 (a warp: 8 rows x 64 contiguous bytes) and
+// runs two MMAs per 16 rows of x, the first on the word's k 8q .. 8q + 3, the second on
+// 8q + 4 .. 8q + 7: the MMA's k index kk stands for the block's k 8q + 4h + 2 (kk / 8) +
+// kk % 2 (q = kk % 8 / 2) in both operands, so A's registers are the float4 of x rows g,
+// g + 8 at k 8q + 4h (hi, and lo unless ET_LINEAR_MMA_LO is 0). While a chunk's MMAs run,
+// each thread holds the next chunk's weight words and x floats in registers. Accumulators
+// in float; k a multiple of 32, x rows 16-byte aligned with unit column stride, w's rows
+// whole words. Barriers: two a chunk (uniform: chunks depend on k, passes on the columns).
 template <int MT, typename O>
 __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* out,
                                            EtLinear g) {
     constexpr bool HINT = ET_WEIGHTS_EVICT_FIRST;
-    constexpr int NT = ET_LINEAR_MMA_NT, KU = ET_LINEAR_MMA_KU;
+    constexpr int NT = 4, KB = MT == 1 ? 4 : 2;  // tiles a warp; blocks a chunk
+    constexpr int FRAGS = KB * 2 * MT * 32, PER = FRAGS / 256;  // of a chunk; a thread's
+    static_assert(FRAGS * (int)sizeof(EtFragHL) <= ET_LLM_SMEM_BYTES && FRAGS % 256 == 0,
+                  "a chunk's fragments fill et_llm_smem in whole rounds of the CTA");
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
+    const int chunks = (g.k + 32 * KB - 1) / (32 * KB);
+    EtFragHL* frag = reinterpret_cast<EtFragHL*>(et_llm_smem());
     const float4 zero = {0.f, 0.f, 0.f, 0.f};
+    // this thread's fragments f = threadIdx.x + 256 i of a chunk: ((b * 2 + h) * MT + mt) * 32
+    // + lane, x rows 16 mt + g and + 8 at k 32 b + 8 q + 4 h of the chunk
+    float4 xa[PER][2];
+    auto load_x = [&](int c) {
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const int f = (int)threadIdx.x + 256 * i, fl = f & 31, rest = f >> 5;
+            const int mt = rest % MT, bh = rest / MT, b = bh >> 1, h = bh & 1;
+            const int r = 16 * mt + (fl >> 2), k0 = 32 * (KB * c + b) + 8 * (fl & 3) + 4 * h;
+            xa[i][0] = r < g.rows && k0 < g.k ? et_load4(x + r * g.xr + k0) : zero;
+            xa[i][1] = r + 8 < g.rows && k0 < g.k ? et_load4(x + (r + 8) * g.xr + k0) : zero;
+        }
+    };
+    auto stage_x = [&]() {
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            unsigned hi0[2], lo0[2], hi1[2], lo1[2];
+            et_split_bf16(xa[i][0], hi0, lo0);
+            et_split_bf16(xa[i][1], hi1, lo1);
+            EtFragHL& d = frag[(int)threadIdx.x + 256 * i];
+            d.hi = EtWord16{{hi0[0], hi1[0], hi0[1], hi1[1]}};
+            if constexpr (ET_LINEAR_MMA_LO) d.lo = EtWord16{{lo0[0], lo1[0], lo0[1], lo1[1]}};
+        }
+    };
 #pragma unroll 1
-    for (int j0 = 8 * NT * warp; j0 < g.cols; j0 += 8 * NT * warps) {
+    for (int p0 = 0; p0 < g.cols; p0 += 8 * NT * warps) {
         const et_bf16* wr[NT];
-        bool live[NT];
+        bool live[NT], tile[NT];  // this lane's weight row; the tile (warp-uniform)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-            const int j = j0 + 8 * t + gr;
+            const int c0 = p0 + 8 * (warp + warps * t), j = c0 + gr;
+            tile[t] = c0 < g.cols;
             live[t] = j < g.cols;
             wr[t] = w + (long long)(live[t] ? j : 0) * g.wr + 8 * q;
         }
-        auto load = [&](EtWord16 (&words)[KU][NT], int kb) {
+        auto load_w = [&](EtWord16 (&words)[KB][NT], int c) {
 #pragma unroll
-            for (int u = 0; u < KU; ++u)
+            for (int b = 0; b < KB; ++b)
 #pragma unroll
-                for (int t = 0; t < NT; ++t)
-                    words[u][t] = live[t] && kb + 32 * u < g.k
-                                      ? et_load_weight_word<HINT>(wr[t] + kb + 32 * u)
-                                      : EtWord16{};
+                for (int t = 0; t < NT; ++t) {
+                    const int kb = 32 * (KB * c + b);
+                    words[b][t] = live[t] && kb < g.k
+                                      ? et_load_weight_word<HINT>(wr[t] + kb) : EtWord16{};
+                }
         };
         float acc[MT][NT][4] = {};
-        EtWord16 cur[KU][NT], nxt[KU][NT] = {};
-        load(cur, 0);
+        EtWord16 cur[KB][NT], nxt[KB][NT] = {};
+        load_w(cur, 0);
+        load_x(0);
 #pragma unroll 1
-        for (int kb = 0; kb < g.k; kb += 32 * KU) {
-            if (kb + 32 * KU < g.k) load(nxt, kb + 32 * KU);
+        for (int c = 0; c < chunks; ++c) {
+            __syncthreads();  // every warp done with the fragments of the chunk before
+            stage_x();
+            __syncthreads();
+            if (c + 1 < chunks) {  // the next chunk's words in flight during these MMAs
+                load_w(nxt, c + 1);
+                load_x(c + 1);
+            }
 #pragma unroll
-            for (int u = 0; u < KU; ++u) {
-                if (kb + 32 * u >= g.k) break;  // (warp-uniform) the last round's end
+            for (int b = 0; b < KB; ++b) {
+                if (32 * (KB * c + b) >= g.k) break;  // (uniform) the last chunk's end
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt) {
-                        const int r = 16 * mt + gr, k0 = kb + 32 * u + 8 * q + 4 * h;
-                        const float4 x0 = r < g.rows ? et_load4(x + r * g.xr + k0) : zero;
-                        const float4 x1 =
-                            r + 8 < g.rows ? et_load4(x + (r + 8) * g.xr + k0) : zero;
-                        unsigned hi0[2], lo0[2], hi1[2], lo1[2];
-                        et_split_bf16(x0, hi0, lo0);
-                        et_split_bf16(x1, hi1, lo1);
-                        const unsigned ah[4] = {hi0[0], hi1[0], hi0[1], hi1[1]};
-                        const unsigned al[4] = {lo0[0], lo1[0], lo0[1], lo1[1]};
+                        const EtFragHL& f = frag[((b * 2 + h) * MT + mt) * 32 + lane];
+                        const EtWord16 ah = f.hi, al = ET_LINEAR_MMA_LO ? f.lo : EtWord16{};
 #pragma unroll
                         for (int t = 0; t < NT; ++t) {
-                            const unsigned b[2] = {cur[u][t].u[2 * h], cur[u][t].u[2 * h + 1]};
-                            et_mma_bf16(acc[mt][t], ah, b);
-                            if constexpr (ET_LINEAR_MMA_LO) et_mma_bf16(acc[mt][t], al, b);
+                            if (!tile[t]) continue;
+                            const unsigned bw[2] = {cur[b][t].u[2 * h], cur[b][t].u[2 * h + 1]};
+                            et_mma_bf16(acc[mt][t], ah.u, bw);
+                            if constexpr (ET_LINEAR_MMA_LO) et_mma_bf16(acc[mt][t], al.u, bw);
                         }
                     }
             }
 #pragma unroll
-            for (int u = 0; u < KU; ++u)
+            for (int b = 0; b < KB; ++b)
 #pragma unroll
-                for (int t = 0; t < NT; ++t) cur[u][t] = nxt[u][t];
+                for (int t = 0; t < NT; ++t) cur[b][t] = nxt[b][t];
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -904,7 +936,8 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             for (int t = 0; t < NT; ++t)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    const int r = 16 * mt + gr + 8 * (i >> 1), c = j0 + 8 * t + 2 * q + (i & 1);
+                    const int r = 16 * mt + gr + 8 * (i >> 1);
+                    const int c = p0 + 8 * (warp + warps * t) + 2 * q + (i & 1);
                     if (r < g.rows && c < g.cols)
                         out[r * g.dr + c * g.dc] = et_from_float<O>(acc[mt][t][i]);
                 }
@@ -953,11 +986,11 @@ static_assert(ET_LINEAR_CORE_ROWS == 1 || ET_LINEAR_CORE_ROWS == 2 || ET_LINEAR_
 // SM streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about
 // 3.8 TB/s, n = 2 at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of
 // device-to-device copy.) Up to 255 registers, no spills, at one CTA per SM.
-// Whether et_linear_blocks takes one row of g in one pass of R = 8, KW = 2 (k of at most 16
-// words), else R = 4, KW = 4.
+// Whether et_linear_blocks takes one row of k elements of W in one pass of R = 8, KW = 2 (k
+// of at most 16 words), else R = 4, KW = 4.
 template <typename W>
-__device__ __forceinline__ bool et_one_pass_row(const EtLinear& g, const W*) {
-    return g.k <= 16 * (16 / (int)sizeof(W));
+__device__ __forceinline__ bool et_one_pass_row(int k) {
+    return k <= 16 * (16 / (int)sizeof(W));
 }
 
 template <bool SCALED = false, typename X, typename W, typename O>
@@ -985,7 +1018,7 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
         b.r0 = g.r0 + r0;
         const X* xb = x + r0 * g.xr;
         O* ob = out + r0 * g.dr;
-        if (b.rows == 1 && et_one_pass_row(b, w))
+        if (b.rows == 1 && et_one_pass_row<W>(b.k))
             et_linear_words<1, 8, 2, false, SCALED>(xb, w, ob, b);
         else if (b.rows == 1) et_linear_words<1, 4, 4, false, SCALED>(xb, w, ob, b);
         else if (b.rows == 2) {  // (each instance compiled only where a block can need it)
@@ -1194,7 +1227,7 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
             et_linear_staged_ok(x.p, w.p, g) || (ET_LINEAR_MMA_BUILT && et_mma_ok(x.p, w.p, g)))
             return;
         const unsigned long long policy = et_async_policy<ET_WEIGHTS_EVICT_FIRST>();
-        if (et_one_pass_row(g, w.p)) et_async_first_rounds<8, 2>(w.p, g, policy);
+        if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w.p, g, policy);
         else et_async_first_rounds<4, 4>(w.p, g, policy);
         et_async_early() = ET_LINEAR_ASYNC - 1;
     }
