@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.cuda.codegen import ATTN_SCORE_FLOATS, attention_group
 from ..ir import Program
 from .config import ModelConfig
 from .decode import (
@@ -30,12 +31,6 @@ from .reference import rope_inv_freq
 from .weights import check_weights
 
 PER_TOKEN = ("tokens", "positions", "slots", "starts")  # inputs of one entry per token
-
-
-# Floats of the attention fast path's score buffer (llm_common.cuh ET_LLM_SMEM_BYTES / 4):
-# an attention tile of T keys and G query heads a KV head (rounded up to 2, 4 or 8) takes it
-# where T * G fits.
-ATTN_SCORE_FLOATS = 4096
 
 
 def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
@@ -55,8 +50,7 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     k_split = 16 if E % 16 == 0 else 1
     mlp_split = 4 if E % 4 == 0 else 1
     ffn = 256 if config.intermediate_size % 256 == 0 else 128
-    group = config.num_heads // config.num_kv_heads
-    group = 2 if group <= 2 else 4 if group <= 4 else 8
+    group = attention_group(config.num_heads // config.num_kv_heads)
     kv_chunk = 128 if max_tokens < 16 else min(1024, ATTN_SCORE_FLOATS // group)
     return DecodeTiles(rows=min(max_tokens, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
                        vocab_tile=128, kv_chunk=kv_chunk, mlp_split=mlp_split, norm_rows=8,

@@ -234,6 +234,15 @@ class _Gen:
         return out
 
 
+ATTN_SCORE_FLOATS = 4096  # llm_common.cuh ET_LLM_SMEM_BYTES / 4: the fast path's scores
+
+
+def attention_group(G: int) -> int:
+    """GP, the query heads a KV head the attention fast path's instance for G takes (2, 4
+    or 8): a tile of T keys takes that path where T * GP <= ATTN_SCORE_FLOATS."""
+    return 2 if G <= 2 else 4 if G <= 4 else 8
+
+
 def _attention_groups(p: Program) -> list[str]:
     """The define of llm_attention.cuh's ET_ATTN_GROUPS naming only the fast-path instances
     (GP 2, 4 or 8 of G query heads per KV head) that the decode_attention grids of `p` use;
@@ -244,7 +253,7 @@ def _attention_groups(p: Program) -> list[str]:
             continue
         q, cache = (p.tensor(str(grid.param_dict[n])) for n in ("q", "k_cache"))
         G = q.shape[-1].value // cache.shape[-1].value // int(grid.param_dict["kv_heads"])
-        bits |= 1 << (2 if G <= 2 else 4 if G <= 4 else 8)
+        bits |= 1 << attention_group(G)
     return [f"#define ET_ATTN_GROUPS {bits}"] if bits else []
 
 

@@ -562,6 +562,12 @@ __device__ __forceinline__ void et_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 
+// This thread's first word in ring slot q % ET_LINEAR_ASYNC (a slot: one round, 16 words a
+// thread, word i of thread t at i * 256 + t).
+__device__ __forceinline__ EtWord16* et_async_slot(int q) {
+    return et_async_ring() + (q % ET_LINEAR_ASYNC) * 16 * 256 + (int)threadIdx.x;
+}
+
 // Round q of the one-row path's weight words (R rows of KW words a thread, et_linear_words'
 // mapping: step q % steps of column pass q / steps), this thread's share, into ring slot
 // q % ET_LINEAR_ASYNC; zeros past k and c.
@@ -572,7 +578,7 @@ __device__ __forceinline__ void et_async_round(const W* w, const EtLinear& g, in
     const int lane = (int)threadIdx.x & 7, grp = (int)threadIdx.x >> 3, words = g.k / V;
     const int jq = q / steps * 32 * R, sq = q % steps;
     const W* wq = w + (jq + grp) * g.wr + lane * V;
-    EtWord16* slot = et_async_ring() + (q % ET_LINEAR_ASYNC) * 16 * 256 + (int)threadIdx.x;
+    EtWord16* slot = et_async_slot(q);
 #pragma unroll
     for (int m = 0; m < KW; ++m)
 #pragma unroll
@@ -696,8 +702,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
                     et_async_round<R, KW>(w, g, steps, round + D - 1, policy);
                 et_async_commit();
                 et_async_wait<D - 1>();
-                const EtWord16* slot = et_async_ring() + (round % D) * 16 * 256 +
-                                       (int)threadIdx.x;
+                const EtWord16* slot = et_async_slot(round);
 #pragma unroll
                 for (int m = 0; m < KW; ++m)
 #pragma unroll
@@ -976,16 +981,6 @@ static_assert(ET_LINEAR_CORE_ROWS == 1 || ET_LINEAR_CORE_ROWS == 2 || ET_LINEAR_
                   ET_LINEAR_CORE_ROWS == 8 || ET_LINEAR_CORE_ROWS == 16,
               "ET_LINEAR_CORE_ROWS must be 1, 2, 4, 8 or 16");
 
-// The rows of x in blocks of at most ET_LINEAR_CORE_ROWS, each through et_linear_words with
-// NB the block's rows rounded up to a power of two (so n <= 16 streams the weights once;
-// more rows stream them again per block, then mostly from L2). R = 4 rows per thread; 16
-// loads per thread in flight for NB <= 2 (KW = 4, or KW = 2 double-buffered), 8 for NB = 4, 4 for NB = 8, 16,
-// whose accumulators take the registers. One row with k of at most 16 words (split-K chunks
-// of 128 bf16): R = 8, KW = 2, so that a pass's 16 loads per thread are all live and cover
-// 256 weight rows (a 64 KB tile in one round of loads). (Measured on an H200, one CTA per
-// SM streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about
-// 3.8 TB/s, n = 2 at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of
-// device-to-device copy.) Up to 255 registers, no spills, at one CTA per SM.
 // Whether et_linear_blocks takes one row of k elements of W in one pass of R = 8, KW = 2 (k
 // of at most 16 words), else R = 4, KW = 4.
 template <typename W>
@@ -993,9 +988,19 @@ __device__ __forceinline__ bool et_one_pass_row(int k) {
     return k <= 16 * (16 / (int)sizeof(W));
 }
 
+// The rows of x in blocks of at most ET_LINEAR_CORE_ROWS, each through et_linear_words with
+// NB the block's rows rounded up to a power of two (so n <= 16 streams the weights once;
+// more rows stream them again per block, then mostly from L2). R = 4 rows per thread; 16
+// loads per thread in flight for NB <= 2 (KW = 4, or KW = 2 double-buffered), 8 for NB = 4,
+// 4 for NB = 8, 16, whose accumulators take the registers. One row with k of at most 16
+// words (et_one_pass_row; split-K chunks
+// of 128 bf16): R = 8, KW = 2, so that a pass's 16 loads per thread are all live and cover
+// 256 weight rows (a 64 KB tile in one round of loads). (Measured on an H200, one CTA per
+// SM streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about
+// 3.8 TB/s, n = 2 at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of
+// device-to-device copy.) Up to 255 registers, no spills, at one CTA per SM.
 template <bool SCALED = false, typename X, typename W, typename O>
 __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
-    constexpr int V = 16 / sizeof(W);
     const int rows = g.rows;
     if constexpr (!SCALED && ET_LINEAR_MMA_BUILT)
         if (et_mma_ok(x, w, g)) {
@@ -1192,7 +1197,7 @@ __device__ __forceinline__ bool et_linear_staged_ok(const X* x, const W* w, cons
         return false;
     else
         return g.rows <= 2 && __isShared(w) && g.xk == 1 && g.xr % 4 == 0 &&
-           reinterpret_cast<unsigned long long>(x) % 16 == 0;
+               reinterpret_cast<unsigned long long>(x) % 16 == 0;
 }
 
 // linear_partial: out[.., r, j] = sum_t x[r, t] * w[j, t] for x [n, k], w [c, k] (HF layout,

@@ -522,7 +522,6 @@ __device__ bool et_ring_wait(const long long* A, int task, int slot, unsigned pa
 // Thread 0 at kernel entry, before the CTA barrier of et_load_args: the ring's mbarriers.
 __device__ void et_ring_init();
 
-// Whether a static task of grid g takes et_do_sync_task (thread 0 alone).
 // Weights before the waits (knob ET_LINEAR_EARLY, with ET_LINEAR_ASYNC): all threads of the
 // CTA run the early part of a static task that will wait (generated et_early_task: for a
 // one-row linear, its first rounds of weight copies, llm_dense.cuh et_early_linear_partial)
@@ -539,6 +538,7 @@ __device__ __forceinline__ bool et_has_early(int g);
 #define ET_EARLY_TASKS 0
 #endif
 
+// Whether a static task of grid g takes et_do_sync_task (thread 0 alone).
 __device__ __forceinline__ bool et_thread0_task(int g) {
 #ifdef ET_HYBRID  // (hybrid: a blocked wait may run a dynamic task, which takes the CTA)
     return false;
