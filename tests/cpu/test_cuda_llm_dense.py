@@ -251,9 +251,12 @@ CASES = [
     rows_case("residual_add", ("x", "parts"), 17, 64, (None, None), dtypes=(B, F)),
     rows_case("residual_add", ("x", "parts"), 64, 32, (None, 2)),
     rows_case("residual_add", ("x", "parts"), 3, 66, (None, 4), lo=(1, 1)),
+    # ... lead groups (few rows, many partials): 4 groups of 8, 3 groups of 7, 7, 6 leads
+    rows_case("residual_add", ("x", "parts"), 1, 256, (None, 32)),
+    rows_case("residual_add", ("x", "parts"), 2, 128, (None, 20)),
     # residual_rms_norm: one row over the CTA, 3 and 17 rows, float weights, unaligned
     add_norm(1, 2048, 8), add_norm(3, 256, 4), add_norm(17, 128, 2, wdt=F),
-    add_norm(2, 66, 3, lo=(1, 1)),
+    add_norm(2, 66, 3, lo=(1, 1)), add_norm(1, 512, 32),
     # norm_linear_partial: the streaming path (one row, row blocks of 16 and 1, K-slices of
     # x, float weights), the per-cell path (k not whole words, k or rows past the scratch)
     norm_linear(1, 128, 256, 8), norm_linear(3, 512, 96, 2, x_lo=(1, 512)),
@@ -262,12 +265,13 @@ CASES = [
     # residual_add_sumsq: one row over the CTA, a tile of 256 columns, 8 and 17 rows,
     # unaligned
     add_sumsq(1, 2048, 8), add_sumsq(1, 256, 16), add_sumsq(8, 256, 4),
-    add_sumsq(17, 64, 2), add_sumsq(2, 66, 3, lo=(1, 1)),
+    add_sumsq(17, 64, 2), add_sumsq(2, 66, 3, lo=(1, 1)), add_sumsq(1, 256, 32),
     # silu_mul: S = 1, 4, large |gate| (no NaN), unaligned, bf16 partials
     rows_case("silu_mul", ("gate", "up"), 1, 256, gate=silu_big),
     rows_case("silu_mul", ("gate", "up"), 16, 128, (4, 4), gate=silu_big),
     rows_case("silu_mul", ("gate", "up"), 17, 64, (1, 1), dtypes=(B, B), gate=silu_big),
     rows_case("silu_mul", ("gate", "up"), 3, 30, (4, 4), lo=(2, 3), gate=silu_big),
+    rows_case("silu_mul", ("gate", "up"), 1, 64, (12, 9), gate=silu_big),  # lead groups
     # argmax_partial: ties, negatives, clipped last tile, one row over the CTA, NaN rows
     argmax_partial(1, 3000, 1024, 2), argmax_partial(1, 1500, 1500, 0),
     argmax_partial(3, 1000, 256, 3), argmax_partial(16, 512, 256, 1, r0=16),

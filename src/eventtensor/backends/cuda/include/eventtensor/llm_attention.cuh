@@ -56,8 +56,12 @@ __device__ __forceinline__ void et_rope_cos_sin(int p, float f, float& c, float&
 
 #define ET_ROPE_PAIRS 8  // (i, i + D/2) pairs per lane and head: D <= 16 * 32
 
+#define ET_ROPE_SPLITS 16  // partials of a pair loaded together: one round for S <= 16
+
 // x1[t], x2[t]: columns c0 + i and c0 + i + half (i = l + lanes * t < half) of row r of the
-// partials tile p [S, n, cols], summed over S; zero where i >= half.
+// partials tile p [S, n, cols], summed over S; zero where i >= half. A pair's loads of up to
+// ET_ROPE_SPLITS partials are issued together (on the decode step's critical path, each
+// round of loads is a memory latency).
 template <typename T>
 __device__ __forceinline__ void et_rope_load(const EtTileT<T>& p, int r, int c0, int l,
                                              int lanes, int half, float (&x1)[ET_ROPE_PAIRS],
@@ -65,16 +69,24 @@ __device__ __forceinline__ void et_rope_load(const EtTileT<T>& p, int r, int c0,
 #pragma unroll
     for (int t = 0; t < ET_ROPE_PAIRS; ++t) x1[t] = x2[t] = 0.f;
     const int S = (int)p.n[0];
-#pragma unroll 4  // the loads of 4 partials in flight together
-    for (int s = 0; s < S; ++s) {
-        const long long row = et_off(p, 0, s) + et_off(p, 1, r);
+    const long long row = et_off(p, 1, r);
 #pragma unroll
-        for (int t = 0; t < ET_ROPE_PAIRS; ++t) {
-            const int i = l + lanes * t;
-            if (i < half) {
-                x1[t] += et_to_float(p.p[row + et_off(p, 2, c0 + i)]);
-                x2[t] += et_to_float(p.p[row + et_off(p, 2, c0 + i + half)]);
+    for (int t = 0; t < ET_ROPE_PAIRS; ++t) {
+        const int i = l + lanes * t;
+        if (i >= half) break;
+        const long long o1 = row + et_off(p, 2, c0 + i), o2 = row + et_off(p, 2, c0 + i + half);
+#pragma unroll 1
+        for (int s0 = 0; s0 < S; s0 += ET_ROPE_SPLITS) {
+            float a[ET_ROPE_SPLITS], b[ET_ROPE_SPLITS];
+#pragma unroll
+            for (int u = 0; u < ET_ROPE_SPLITS; ++u) {
+                const bool in = s0 + u < S;
+                const long long o = in ? et_off(p, 0, s0 + u) : 0;
+                a[u] = in ? et_to_float(p.p[o + o1]) : 0.f;
+                b[u] = in ? et_to_float(p.p[o + o2]) : 0.f;
             }
+#pragma unroll
+            for (int u = 0; u < ET_ROPE_SPLITS; ++u) x1[t] += a[u], x2[t] += b[u];
         }
     }
 }
@@ -140,6 +152,18 @@ __device__ __forceinline__ void et_body_qk_norm_rope(
          u += groups, u0 += groups) {
         const bool live = u < units;  // else a group of the warp past the last unit
         const int r = live ? u / heads : 0, j = live ? u - r * heads : heads;
+        // the position, frequencies and norm weights first: in flight with the partials
+        const int p = pos.p[et_off(pos, 0, r)];
+        const bool normed = j < G ? q_norm.p != nullptr : j == G && k_norm.p != nullptr;
+        const EtTileT<N> nw = et_pick(j < G, q_norm, k_norm);
+        float freq[ET_ROPE_PAIRS], w1[ET_ROPE_PAIRS], w2[ET_ROPE_PAIRS];
+#pragma unroll
+        for (int t = 0; t < ET_ROPE_PAIRS; ++t) {
+            const int i = l + lanes * t;
+            freq[t] = i < half ? et_to_float(inv_freq.p[et_off(inv_freq, 0, i)]) : 0.f;
+            w1[t] = normed && i < half ? et_to_float(nw.p[et_off(nw, 0, i)]) : 1.f;
+            w2[t] = normed && i < half ? et_to_float(nw.p[et_off(nw, 0, i + half)]) : 1.f;
+        }
         float x1[ET_ROPE_PAIRS], x2[ET_ROPE_PAIRS];
         // one load site for the three tiles (the body's code is fetched cold each layer)
         et_rope_load(et_pick(j < G, q, et_pick(j == G, k, v)), r, j < G ? j * D : 0, l, lanes,
@@ -153,9 +177,7 @@ __device__ __forceinline__ void et_body_qk_norm_rope(
             et_rope_store(v_out, r, 0, l, lanes, half, x1, x2);
             continue;
         }
-        const bool normed = j < G ? q_norm.p != nullptr : k_norm.p != nullptr;
         const float inv = normed ? rsqrtf(ss * inv_d + eps) : 1.f;
-        const int p = pos.p[et_off(pos, 0, r)];
         float y1[ET_ROPE_PAIRS], y2[ET_ROPE_PAIRS];
 #pragma unroll
         for (int t = 0; t < ET_ROPE_PAIRS; ++t) {
@@ -164,17 +186,9 @@ __device__ __forceinline__ void et_body_qk_norm_rope(
                 y1[t] = y2[t] = 0.f;
                 continue;
             }
-            float w1 = 1.f, w2 = 1.f;
-            if (normed && j < G) {
-                w1 = et_to_float(q_norm.p[et_off(q_norm, 0, i)]);
-                w2 = et_to_float(q_norm.p[et_off(q_norm, 0, i + half)]);
-            } else if (normed) {
-                w1 = et_to_float(k_norm.p[et_off(k_norm, 0, i)]);
-                w2 = et_to_float(k_norm.p[et_off(k_norm, 0, i + half)]);
-            }
-            const float a = x1[t] * inv * w1, b = x2[t] * inv * w2;
+            const float a = x1[t] * inv * w1[t], b = x2[t] * inv * w2[t];
             float c, s;
-            et_rope_cos_sin(p, et_to_float(inv_freq.p[et_off(inv_freq, 0, i)]), c, s);
+            et_rope_cos_sin(p, freq[t], c, s);
             y1[t] = a * c - b * s;
             y2[t] = b * c + a * s;
         }

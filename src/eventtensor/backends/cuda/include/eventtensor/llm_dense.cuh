@@ -330,21 +330,30 @@ __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTi
 
 // ------------------------------------------------------------------ elementwise on partials
 
-// Four columns from p of a tile's rows summed over its leading (split) index: `leads`
-// slices `stride` apart, 8 loads in flight.
-template <typename T>
-__device__ __forceinline__ float4 et_lead_sum4(const T* p, int leads, int stride) {
-    float4 acc = {0.f, 0.f, 0.f, 0.f};
-    for (int s0 = 0; s0 < leads; s0 += 8) {
-        float4 v[8];
+// Four columns from pa and from pb of two tiles' rows, each summed over its leading (split)
+// index: leads first, first + step, ... below la (slices sa apart) and below lb (sb apart),
+// up to 8 loads of each in flight together (one round for 8 * step leads).
+template <typename A, typename B>
+__device__ __forceinline__ void et_lead_sums4(const A* pa, int la, int sa, const B* pb, int lb,
+                                              int sb, int first, int step, float4& va,
+                                              float4& vb) {
+    va = vb = {0.f, 0.f, 0.f, 0.f};
+    const int leads = la > lb ? la : lb;
+    for (int s0 = first; s0 < leads; s0 += 8 * step) {
+        float4 x[8], y[8];
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
-            if (s0 + u < leads) v[u] = et_load4(p + (s0 + u) * stride);
+        for (int u = 0; u < 8; ++u) {
+            const int s = s0 + u * step;
+            if (s < la) x[u] = et_load4(pa + s * sa);
+            if (s < lb) y[u] = et_load4(pb + s * sb);
+        }
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
-            if (s0 + u < leads) acc = et_add4(acc, v[u]);
+        for (int u = 0; u < 8; ++u) {
+            const int s = s0 + u * step;
+            if (s < la) va = et_add4(va, x[u]);
+            if (s < lb) vb = et_add4(vb, y[u]);
+        }
     }
-    return acc;
 }
 
 // One element of a tile's rows summed over its leading (split) index.
@@ -357,8 +366,13 @@ __device__ __forceinline__ float et_lead_sum(const EtTileT<T>& t, int leads, int
 
 // out[r, c] = f(sum over the leading index of a at (r, c), the same of b) for every cell of
 // out [rows, cols] (a, b: [S, rows, cols] or [rows, cols]). Fast path for tiles of rank <= 3
-// read four columns at a time: thread t takes the groups of 4 columns t, t + blockDim.x, ...
-// (a warp reading 512 contiguous bytes of a float row per load).
+// read four columns at a time: a unit is a group of 4 columns of a row; thread t takes units
+// t, t + blockDim.x, ... (a warp reading 512 contiguous bytes of a float row per load), the
+// loads of a and b in flight together. Where the units leave threads idle and there are more
+// than 8 leads (a few rows summed over many partials), lead groups: threads t + g * units
+// (g < LG, LG = min(threads / units, ceil(leads / 8))) take the leads g, g + LG, ... of unit
+// t, one round of loads, and group 0 adds the others' sums from et_llm_smem (a barrier
+// between, and one before the body returns).
 template <typename A, typename B, typename O, typename F>
 __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTileT<B>& b,
                                                 const EtTileT<O>& out, F f) {
@@ -367,18 +381,48 @@ __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTil
         out.rank <= 2) {
         const int ar = et_back_s(a, 1), br = et_back_s(b, 1), orr = et_back_s(out, 1);
         const int as = a.rank == 3 ? (int)a.s[0] : 0, bs = b.rank == 3 ? (int)b.s[0] : 0;
-        const int quads = cols / 4;
-#pragma unroll 1
-        for (int e = (int)threadIdx.x; e < rows * quads; e += (int)blockDim.x) {
+        const int quads = cols / 4, units = rows * quads, nt = (int)blockDim.x;
+        const int want = ((la > lb ? la : lb) + 7) / 8, room = units > 0 ? nt / units : 1;
+        const int lg = want < room ? want : room > 1 ? room : 1;  // (>= 1)
+        auto apply = [&](int e, float4 va, float4 vb) {
             const int r = e / quads, c = 4 * (e - r * quads);
-            const float4 va = et_lead_sum4(a.p + r * ar + c, la, as);
-            const float4 vb = et_lead_sum4(b.p + r * br + c, lb, bs);
             float4 v;
             v.x = f(va.x, vb.x);
             v.y = f(va.y, vb.y);
             v.z = f(va.z, vb.z);
             v.w = f(va.w, vb.w);
             et_store4(out.p + r * orr + c, v);
+        };
+        if (lg > 1) {  // (uniform) one pass of units * lg threads
+            float4* P = reinterpret_cast<float4*>(et_llm_smem());  // 2 per thread past group 0
+            const int e = (int)threadIdx.x % units, g = (int)threadIdx.x / units;
+            const int r = e / quads, c = 4 * (e - r * quads);
+            float4 va, vb;
+            if (g < lg) et_lead_sums4(a.p + r * ar + c, la, as, b.p + r * br + c, lb, bs, g, lg,
+                                      va, vb);
+            if (g > 0 && g < lg) {
+                P[2 * ((int)threadIdx.x - units)] = va;
+                P[2 * ((int)threadIdx.x - units) + 1] = vb;
+            }
+            __syncthreads();
+            if (g == 0) {
+#pragma unroll 1
+                for (int h = 1; h < lg; ++h) {
+                    const int i = 2 * ((h - 1) * units + e);
+                    va = et_add4(va, P[i]);
+                    vb = et_add4(vb, P[i + 1]);
+                }
+                apply(e, va, vb);
+            }
+            __syncthreads();
+            return;
+        }
+#pragma unroll 1
+        for (int e = (int)threadIdx.x; e < units; e += nt) {
+            const int r = e / quads, c = 4 * (e - r * quads);
+            float4 va, vb;
+            et_lead_sums4(a.p + r * ar + c, la, as, b.p + r * br + c, lb, bs, 0, 1, va, vb);
+            apply(e, va, vb);
         }
         return;
     }
