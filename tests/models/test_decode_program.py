@@ -301,6 +301,36 @@ def test_norm_and_residual_tiles_match_reference(model, mode):
     _steps_close(*model, NORM_TILES, mode, ["a", "b", "c"], 3)
 
 
+# RoPE tiles of 2 rows under row tiles of 3: at B = 4 RoPE tile 1 (rows 2, 3) straddles the
+# two row tiles of the projections
+ROPE_TILES = DecodeTiles(rows=3, k_split=2, n_tile=32, ffn_tile=64, vocab_tile=64, kv_chunk=16,
+                         rope_rows=2)
+
+
+def test_rope_tiles():
+    """A RoPE tile waits on the q, k, v partials of its rows' projection tiles (both, where
+    it straddles them); the attention tiles of token b on the RoPE tiles 0 .. b // 2."""
+    cfg = CONFIGS["tiny-llama"]
+    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, ROPE_TILES))
+    tables = build_tables(bind(program, {"B": 4}))
+    b = tables.bound
+    names = {b.task_name(t): t for t in range(b.num_tasks)}
+    deps = lambda task: _producers(tables, names, task)  # noqa: E731
+    assert deps("l0_qk_rope(1, 1)") == {f"l0_{r}_proj({m}, 1, {s})" for r in "qkv"
+                                        for m in (0, 1) for s in (0, 1)}
+    assert deps("l0_qk_rope(0, 1)") == {f"l0_{r}_proj(0, 1, {s})" for r in "qkv"
+                                        for s in (0, 1)}
+    K, chunks = cfg.num_kv_heads, MAX_CONTEXT // ROPE_TILES.kv_chunk
+    for token, tiles in ((1, [0]), (2, [0, 1]), (3, [0, 1])):
+        task = f"l0_attn({(token * chunks + 1) * K + 1})"  # chunk 1, KV head 1
+        assert {d for d in deps(task) if "rope" in d} == {f"l0_qk_rope({m}, 1)" for m in tiles}
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_rope_tiles_match_reference(model, mode):
+    _steps_close(*model, ROPE_TILES, mode, ["a", "b", "c", "d"], 5)
+
+
 # q, k, v tiles across head boundaries (24 columns: q has 64, k and v 32, the last clipped),
 # unsplit q/k/v, down tiles of 40 of 64 columns, SiLU tiles of 48 of 128 (across gate and up
 # tiles of 32), argmax partials over 100 of 256 columns

@@ -34,7 +34,8 @@ Per layer l, tiles and events (events come from the tile regions unless named he
   attn_norm (mn)          x rows -> h rows
   q/k/v_proj (mb, n, S)   h rows, split-K chunk s -> partials of column tile n (by default
                           KV head n's G*D or D columns, else `proj_tile` columns)
-  qk_rope (mb, K)         waits on the q, k, v tiles of its head -> q, k, v of head h
+  qk_rope (mr, K)         tiles of RR rows (`rope_rows`, mr = cdiv(B, RR)); waits on the
+                          q, k, v tiles of its rows and head -> q, k, v of head h
   kv_append (B, K)        waits on qk_rope of (b's rows, h) -> cache outputs at the position
   attn (B*NC*K,)          t = (b*NC + c)*K + h; waits on `l{l}_rope_done` of the row tiles
                           0 .. b's (those of its request's earlier tokens among them) and
@@ -112,6 +113,7 @@ class DecodeTiles:
     kv_chunk: int = 64             # T: positions per attention tile
     mlp_split: int | None = None   # split-K of gate and up over E; None: k_split
     norm_rows: int | None = None   # rows of an RMSNorm or residual tile; None: rows
+    rope_rows: int | None = None   # rows of a RoPE tile; None: rows
     residual_tile: int | None = None  # columns of a residual tile (of E); None: all of E
     fuse_norm: int = 0             # 1: each residual add also computes the RMSNorm after it
     fold_norm: int = 0             # 1: the projections after a residual add apply its norm
@@ -157,7 +159,8 @@ class _Decode:
                  tiles: DecodeTiles, weight_dtype: str, cache_dtype: str, name: str):
         self.cfg, self.t = config, tiles
         for field in ("rows", "proj_tile", "n_tile", "down_tile", "ffn_tile", "silu_tile",
-                      "vocab_tile", "argmax_tile", "kv_chunk", "norm_rows", "residual_tile"):
+                      "vocab_tile", "argmax_tile", "kv_chunk", "norm_rows", "rope_rows",
+                      "residual_tile"):
             if getattr(tiles, field) is not None and getattr(tiles, field) < 1:
                 raise ValueError(f"tiles.{field} must be positive")
         if max_batch < 1 or max_context < 1 or max_tokens < 1:
@@ -177,6 +180,8 @@ class _Decode:
                              "norm after a residual add is computed by one or the other)")
         self.nr = tiles.norm_rows or tiles.rows
         self.norm_span, self.norm_tiles = _span("m", self.nr, "B"), sym.cdiv(self.B, self.nr)
+        self.rr = tiles.rope_rows or tiles.rows
+        self.rope_span, self.rope_tiles = _span("m", self.rr, "B"), sym.cdiv(self.B, self.rr)
         self.res_tile = tiles.residual_tile or E
         self.qs = _split(config.q_size, tiles.o_split or config.num_kv_heads, "o_split")
         down = tiles.down_split or (F // tiles.ffn_tile if F % tiles.ffn_tile == 0 else 1)
@@ -303,8 +308,9 @@ class _Decode:
                         self.ks, norm=fold)
         head = {"q": f"{GD}*h:{GD}*h + {GD}", "k": f"{D}*h:{D}*h + {D}"}
         head["v"] = head["k"]
-        reads = {p + f"{r}_part": f":, {rows}, {head[r]}" for r in "qkv"}
-        reads.update({"positions": rows, "rope_inv_freq": ":"})
+        rr = self.rope_span
+        reads = {p + f"{r}_part": f":, {rr}, {head[r]}" for r in "qkv"}
+        reads.update({"positions": rr, "rope_inv_freq": ":"})
         params: dict[str, object] = {r: p + f"{r}_part" for r in "qkv"}
         params.update({f"{r}_out": p + r for r in "qkv"})
         params.update({"pos": "positions", "inv_freq": "rope_inv_freq", "head_dim": D,
@@ -315,9 +321,9 @@ class _Decode:
                 params[f"{r}_norm"] = self.w(i, f"self_attn.{r}_norm")
         for r, width in (("q", cfg.q_size), ("k", cfg.kv_size), ("v", cfg.kv_size)):
             pb.temp(p + r, (B, width))
-        pb.event(p + "rope_done", (self.mb, K))
-        pb.grid(p + "qk_rope", "qk_norm_rope", "mh", (self.mb, K), reads=reads,
-                writes={p + r: f"{rows}, {head[r]}" for r in "qkv"}, params=params,
+        pb.event(p + "rope_done", (self.rope_tiles, K))
+        pb.grid(p + "qk_rope", "qk_norm_rope", "mh", (self.rope_tiles, K), reads=reads,
+                writes={p + r: f"{rr}, {head[r]}" for r in "qkv"}, params=params,
                 notify={p + "rope_done": "mh->m, h"})
         cache_row = "slots[b], h, positions[b], :"
         pb.grid(p + "kv_append", "kv_append", "bh", (B, K),
@@ -352,7 +358,7 @@ class _Decode:
                 writes={out: out_region, p + "lse": f"{b}, {heads}, {c}"},
                 notify=notify,
                 wait={"planned": f"t->{b}",
-                      p + "rope_done": f"t->0:{b} // {t.rows} + 1, {h}"},
+                      p + "rope_done": f"t->0:{b} // {self.rr} + 1, {h}"},
                 params={"q": p + "q", "k_cache": cache_name("k", i),
                         "v_cache": cache_name("v", i),
                         "k_new": p + "k", "v_new": p + "v", "pos": "positions",

@@ -45,7 +45,9 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     (1024 for up to 4 query heads a KV head), so that a request's attention is one task a KV
     head and needs no merge up to that context. Llama-3.2-1B, context 512, kernel for 64
     tokens, on an H100: 5.88 to 4.64 ms at B = 16, 16.53 to 12.43 ms at B = 64, 2.21 to
-    2.31 ms at B = 1 (benchmarks/results/decode_tiles_h100.md)."""
+    2.31 ms at B = 1 (benchmarks/results/decode_tiles_h100.md). RoPE tiles of 4 rows: the
+    projections' row tile holds every token of a step, and RoPE over 64 rows was one task a
+    KV head of 67 µs in every layer at B = 64 (benchmarks/results/decode_trace.md)."""
     E = config.hidden_size
     k_split = 16 if E % 16 == 0 else 1
     mlp_split = 4 if E % 4 == 0 else 1
@@ -54,7 +56,7 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     kv_chunk = 128 if max_tokens < 16 else min(1024, ATTN_SCORE_FLOATS // group)
     return DecodeTiles(rows=min(max_tokens, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
                        vocab_tile=128, kv_chunk=kv_chunk, mlp_split=mlp_split, norm_rows=8,
-                       residual_tile=256)
+                       rope_rows=4, residual_tile=256)
 
 
 # The device-library knobs of the decode kernel: no L2 prefetch of the next task's tiles (the
