@@ -219,6 +219,8 @@ CASES = [
     # one row over two x chunks with several passes (x restaged per pass)
     linear(1, 128, 600), linear(1, 64, 256, x_lo=(0, 64), w_shape=(256, 256), w_lo=(0, 128)),
     linear(1, 4096, 300), linear(4, 128, 520),
+    # 2 and 8 rows: passes of 256 and 128 weight rows, x staged once for all of them
+    linear(2, 256, 520), linear(6, 128, 300),
     # linear_partial, staged weights (et_linear_staged): rows of one word to 8192 columns
     # (P from 1 to 256 threads a row), whole passes and a clipped one, one and two rows,
     # float weights, a rank-3 out; x rows 16-byte aligned (x_cols 4)
@@ -651,7 +653,7 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
                           "--resource-usage"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     found = spills_by_function(res.stderr)
-    scaled = r"et_linear_wordsILi\d+ELi\d+ELi\d+ELb[01]ELb1E"  # <.., DB, SCALED = true, ..>
+    scaled = r"et_linear_wordsILi\d+ELi\d+ELi\d+ELb1E"  # <NB, R, KW, SCALED = true, ..>
     folded = {n: v for n, v in found.items() if "norm_linear" in n or re.search(scaled, n)}
     assert all(max(v) <= 16 for v in folded.values()), folded
     plain = {n: v for n, v in found.items() if n not in folded}

@@ -691,8 +691,7 @@ __device__ __forceinline__ unsigned char& et_async_early() {
 // rows: group g owns rows j0 + g + 32 * u (u < R), lane l of the group the words l, l + 8, ...
 // of each. A step takes KW words of each of the R rows (words 8 * (KW * s + m) + l, m < KW):
 // one load instruction of a warp reads 4 rows x 128 contiguous bytes, R * KW 16-byte loads
-// per thread and step, all issued before any is used; with DB the loads of the next step are
-// issued before the current one is computed, so 2 * R * KW loads of each thread are in flight.
+// per thread and step, all issued before any is used.
 // x is staged in et_llm_smem as float, in chunks of CHUNK words of k: word m of the chunk at
 // xs[m * WS ..], its V * NB floats element-major ([e][r], rows r >= rows zero) plus 4 floats
 // of padding, so that the 8 lanes of a group (8 different words) read 8 distinct 16-byte bank
@@ -700,12 +699,12 @@ __device__ __forceinline__ unsigned char& et_async_early() {
 // once per step (float4 loads) and applies it to its R rows. Each thread loads its share of
 // the next chunk into registers while the current one is used.
 // The lanes of a group sum their accumulators acc[u][r] (shuffles) and lane l stores the
-// cells with (u * NB + r) % 8 == l. For NB <= 4, a pass issues its first weight loads before
+// cells with (u * NB + r) % 8 == l. For NB <= 8, a pass issues its first weight loads before
 // it stages x, so that the two travel together, and where all of k fits one chunk, x is
 // staged once, by the first pass, for every pass. Barriers: uniform (steps and chunks depend
 // on k only, passes on c); the last one after the last read of the staged x. Not inlined:
 // one copy per instance of this large loop, whose call costs little next to its work.
-template <int NB, int R, int KW, bool DB, bool SCALED, typename X, typename W, typename O>
+template <int NB, int R, int KW, bool SCALED, typename X, typename W, typename O>
 __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtLinear g) {
     constexpr int V = 16 / sizeof(W), WS = V * NB + 4, STEP = 8 * KW;
     constexpr int CHUNK = ET_LLM_SMEM_BYTES / 4 / WS / STEP * STEP, S = CHUNK / STEP;
@@ -733,12 +732,12 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
             if (f < XE) xs[kk / V * WS + kk % V * NB + r] = xv[i];
         }
     };
-    // NB <= 4: weights issued before x is staged, and x staged once for all passes where
+    // NB <= 8: weights issued before x is staged, and x staged once for all passes where
     // one chunk holds all of k (more rows: the registers go to the accumulators)
-    constexpr bool EARLY = NB <= 4, HINT = ET_WEIGHTS_EVICT_FIRST && NB <= 4;
+    constexpr bool EARLY = NB <= 8, HINT = ET_WEIGHTS_EVICT_FIRST && NB <= 4;
     const bool one_chunk = EARLY && steps <= S;
     // ET_LINEAR_ASYNC (one row): round q = step q % steps of pass q / steps, in slot q % D
-    constexpr bool ASYNC = ET_LINEAR_ASYNC > 0 && NB == 1 && !DB && R * KW == 16;
+    constexpr bool ASYNC = ET_LINEAR_ASYNC > 0 && NB == 1 && R * KW == 16;
     constexpr int D = ASYNC ? ET_LINEAR_ASYNC : 1;
     const int rounds = ASYNC ? (g.cols + 32 * R - 1) / (32 * R) * steps : 0;
     int round = 0;  // the next round a step takes
@@ -754,7 +753,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     }
     for (int j0 = 0; j0 < g.cols; j0 += 32 * R) {
         const W* wg = w + (j0 + grp) * g.wr + lane * V;  // this thread's first row and word
-        EtWord16 cur[R][KW], nxt[R][KW];
+        EtWord16 cur[R][KW];
         auto load_w = [&](EtWord16 (&dst)[R][KW], int s) {  // step s, zero past k and c
 #pragma unroll
             for (int m = 0; m < KW; ++m)
@@ -795,8 +794,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         for (int s = 0; s < steps; ++s) {
             const int local = s % S;  // the step within its chunk
             if (local == 0 && s + S < steps) load_x(s / S + 1);
-            if (!DB && s > 0) take_w(cur, s);
-            else if (DB && s + 1 < steps) load_w(nxt, s + 1);
+            if (s > 0) take_w(cur, s);
 #pragma unroll
             for (int m = 0; m < KW; ++m) {
                 const float* xw = xs + (STEP * local + 8 * m + lane) * WS;
@@ -818,11 +816,6 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
                 store_x();
                 __syncthreads();
             }
-            if (DB)
-#pragma unroll
-                for (int u = 0; u < R; ++u)
-#pragma unroll
-                    for (int m = 0; m < KW; ++m) cur[u][m] = nxt[u][m];
         }
         // every read of the staged x done: the next pass (restaging) or body may write it
         if (!one_chunk || j0 + 32 * R >= g.cols) __syncthreads();
@@ -1061,15 +1054,16 @@ __device__ __forceinline__ bool et_one_pass_row(int k) {
 
 // The rows of x in blocks of at most ET_LINEAR_CORE_ROWS, each through et_linear_words with
 // NB the block's rows rounded up to a power of two (so n <= 16 streams the weights once;
-// more rows stream them again per block, then mostly from L2). R = 4 rows per thread; 16
-// loads per thread in flight for NB <= 2 (KW = 4, or KW = 2 double-buffered), 8 for NB = 4,
-// 4 for NB = 8, 16, whose accumulators take the registers. One row with k of at most 16
-// words (et_one_pass_row; split-K chunks
-// of 128 bf16): R = 8, KW = 2, so that a pass's 16 loads per thread are all live and cover
-// 256 weight rows (a 64 KB tile in one round of loads). (Measured on an H200, one CTA per
-// SM streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096: n = 1 at about
-// 3.8 TB/s, n = 2 at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of
-// device-to-device copy.) Up to 255 registers, no spills, at one CTA per SM.
+// more rows stream them again per block, then mostly from L2). Loads per thread in flight,
+// issued before x is staged for up to 8 rows: 16 for 1 row (R = 8, KW = 2 where k is at most
+// 16 words, et_one_pass_row: split-K chunks of 128 bf16, a pass's loads cover 256 weight
+// rows, a 64 KB tile in one round; else R = 4, KW = 4), 2 rows (R = 8, KW = 2) and 4 rows
+// (R = 4, KW = 4); 8 for 8 rows (R = 4, KW = 2) and 4 for 16 (R = 4, KW = 1), whose
+// accumulators take the registers (more spill). (Measured on an H200, one CTA per SM
+// streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096, with 16 loads in
+// flight for 2 rows (8 double-buffered), 8 for 4 and 4 for 8: n = 1 at about 3.8 TB/s, n = 2
+// at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of device-to-device
+// copy.) Up to 255 registers, no spills, at one CTA per SM.
 template <bool SCALED = false, typename X, typename W, typename O>
 __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
     const int rows = g.rows;
@@ -1095,16 +1089,16 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
         const X* xb = x + r0 * g.xr;
         O* ob = out + r0 * g.dr;
         if (b.rows == 1 && et_one_pass_row<W>(b.k))
-            et_linear_words<1, 8, 2, false, SCALED>(xb, w, ob, b);
-        else if (b.rows == 1) et_linear_words<1, 4, 4, false, SCALED>(xb, w, ob, b);
+            et_linear_words<1, 8, 2, SCALED>(xb, w, ob, b);
+        else if (b.rows == 1) et_linear_words<1, 4, 4, SCALED>(xb, w, ob, b);
         else if (b.rows == 2) {  // (each instance compiled only where a block can need it)
-            if constexpr (CR >= 2) et_linear_words<2, 4, 2, true, SCALED>(xb, w, ob, b);
+            if constexpr (CR >= 2) et_linear_words<2, 8, 2, SCALED>(xb, w, ob, b);
         } else if (b.rows <= 4) {
-            if constexpr (CR >= 4) et_linear_words<4, 4, 2, false, SCALED>(xb, w, ob, b);
+            if constexpr (CR >= 4) et_linear_words<4, 4, 4, SCALED>(xb, w, ob, b);
         } else if (b.rows <= 8) {
-            if constexpr (CR >= 8) et_linear_words<8, 4, 1, false, SCALED>(xb, w, ob, b);
+            if constexpr (CR >= 8) et_linear_words<8, 4, 2, SCALED>(xb, w, ob, b);
         } else if constexpr (CR >= 16) {
-            et_linear_words<16, 4, 1, false, SCALED>(xb, w, ob, b);
+            et_linear_words<16, 4, 1, SCALED>(xb, w, ob, b);
         }
     }
 }
