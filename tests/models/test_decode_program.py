@@ -221,22 +221,29 @@ def test_tiles_with_parses_fields_and_names_bad_ones():
 
 # ------------------------------------------------------------------ event structure
 
-def _producers(tables, names: dict[str, int], task: str) -> set[str]:
-    """Tasks that notify an element `task` waits on (affine waits)."""
-    b, t = tables.bound, names[task]
-    waited = set(tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]].tolist())
-    return {b.task_name(s) for s in range(b.num_tasks) if waited & set(
-        tables.notify_elem[tables.notify_ptr[s]:tables.notify_ptr[s + 1]].tolist())}
+def _dependencies(cfg, tiles, batch: int):
+    """For the decode program of `cfg` with `tiles` bound to B = `batch`: a function from a
+    task's name to the names of the tasks that notify an element it waits on (affine
+    waits)."""
+    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, tiles))
+    tables = build_tables(bind(program, {"B": batch}))
+    b = tables.bound
+    names = {b.task_name(t): t for t in range(b.num_tasks)}
+
+    def producers(task: str) -> set[str]:
+        t = names[task]
+        waited = set(tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]].tolist())
+        return {b.task_name(s) for s in range(b.num_tasks) if waited & set(
+            tables.notify_elem[tables.notify_ptr[s]:tables.notify_ptr[s + 1]].tolist())}
+    producers.names, producers.program = names, program
+    return producers
 
 
 @pytest.mark.parametrize("name", TINY)
 def test_fine_grained_events(name):
     cfg = CONFIGS[name]
-    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, TILES))
-    tables = build_tables(bind(program, {"B": 3}))
-    b = tables.bound
-    names = {b.task_name(t): t for t in range(b.num_tasks)}
-    deps = lambda task: _producers(tables, names, task)  # noqa: E731
+    deps = _dependencies(cfg, TILES, 3)
+    program = deps.program
     # attention tile t = (b*NC + c)*K + h with b=2, c=1, h=1 (K = NC = 2): its head's
     # q/k/v tiles of row blocks 0 .. b's (1; the earlier ones may hold earlier tokens of its
     # request) and the plan, nothing else
@@ -271,17 +278,13 @@ def test_norm_and_residual_tiles():
     waits on both column tiles of its row's residual, a projection row tile on its rows'
     norms, a residual tile on the partials of its columns only."""
     cfg = CONFIGS["tiny-llama"]
-    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, NORM_TILES))
-    tables = build_tables(bind(program, {"B": 3}))
-    b = tables.bound
-    names = {b.task_name(t): t for t in range(b.num_tasks)}
-    deps = lambda task: _producers(tables, names, task)  # noqa: E731
+    deps = _dependencies(cfg, NORM_TILES, 3)
     assert deps("l1_attn_norm(2)") == {"l0_mlp_residual(2, 0)", "l0_mlp_residual(2, 1)"}
     assert deps("l0_q_proj(1, 0, 1)") == {"l0_attn_norm(2)"}
     assert deps("l0_gate_proj(0, 1, 0)") == {"l0_mlp_norm(0)", "l0_mlp_norm(1)"}
     assert deps("l0_mlp_residual(1, 1)") == {"l0_attn_residual(1, 1)", "l0_down_proj(0, 1, 0)",
                                              "l0_down_proj(0, 1, 1)"}
-    assert "l0_gate_proj(0, 1, 1)" not in names
+    assert "l0_gate_proj(0, 1, 1)" not in deps.names
 
 
 def _steps_close(cfg, weights, tiles, mode, requests, seed):
@@ -311,11 +314,7 @@ def test_rope_tiles():
     """A RoPE tile waits on the q, k, v partials of its rows' projection tiles (both, where
     it straddles them); the attention tiles of token b on the RoPE tiles 0 .. b // 2."""
     cfg = CONFIGS["tiny-llama"]
-    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, ROPE_TILES))
-    tables = build_tables(bind(program, {"B": 4}))
-    b = tables.bound
-    names = {b.task_name(t): t for t in range(b.num_tasks)}
-    deps = lambda task: _producers(tables, names, task)  # noqa: E731
+    deps = _dependencies(cfg, ROPE_TILES, 4)
     assert deps("l0_qk_rope(1, 1)") == {f"l0_{r}_proj({m}, 1, {s})" for r in "qkv"
                                         for m in (0, 1) for s in (0, 1)}
     assert deps("l0_qk_rope(0, 1)") == {f"l0_{r}_proj(0, 1, {s})" for r in "qkv"
@@ -344,16 +343,14 @@ def test_projection_tiles_across_heads():
     """A head's rope waits on every q, k and v tile overlapping its columns; an argmax
     partial on the LM-head tiles overlapping its columns."""
     cfg = CONFIGS["tiny-llama"]  # q: 2 KV heads x 32 columns, k and v: 2 x 16
-    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, FREE_TILES))
-    tables = build_tables(bind(program, {"B": 2}))
-    names = {tables.bound.task_name(t): t for t in range(tables.bound.num_tasks)}
-    assert _producers(tables, names, "l0_qk_rope(0, 1)") == {
+    deps = _dependencies(cfg, FREE_TILES, 2)
+    assert deps("l0_qk_rope(0, 1)") == {
         "l0_q_proj(0, 1, 0)", "l0_q_proj(0, 2, 0)", "l0_k_proj(0, 0, 0)", "l0_k_proj(0, 1, 0)",
         "l0_v_proj(0, 0, 0)", "l0_v_proj(0, 1, 0)"}
-    assert _producers(tables, names, "argmax_tile(0, 2)") == {
+    assert deps("argmax_tile(0, 2)") == {
         "lm_head(0, 6)", "lm_head(0, 7)"}
-    assert "argmax_tile(0, 3)" not in names and "l0_down_proj(0, 1, 1)" in names
-    assert _producers(tables, names, "l0_silu_mul(0, 1)") == {
+    assert "argmax_tile(0, 3)" not in deps.names and "l0_down_proj(0, 1, 1)" in deps.names
+    assert deps("l0_silu_mul(0, 1)") == {
         f"l0_{w}_proj(0, {n}, {s})" for w in ("gate", "up") for n in (1, 2) for s in (0, 1)}
 
 
@@ -372,15 +369,14 @@ def test_fused_norms_leave_one_norm_grid():
     norm, the final norm after the last layer): only layer 0's input norm keeps its grid,
     and the projections after a norm wait on the fused tasks of their rows."""
     cfg = CONFIGS["tiny-llama"]
-    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, FUSED_TILES))
+    deps = _dependencies(cfg, FUSED_TILES, 3)
+    program = deps.program
     assert [g.name for g in program.grids if g.kind == "rms_norm"] == ["l0_attn_norm"]
     assert sum(g.kind == "residual_rms_norm" for g in program.grids) == 2 * cfg.num_layers
-    tables = build_tables(bind(program, {"B": 3}))
-    names = {tables.bound.task_name(t): t for t in range(tables.bound.num_tasks)}
-    assert _producers(tables, names, "l1_q_proj(1, 0, 0)") == {"l0_mlp_residual(2)"}
-    assert _producers(tables, names, "l0_gate_proj(0, 0, 1)") == {
+    assert deps("l1_q_proj(1, 0, 0)") == {"l0_mlp_residual(2)"}
+    assert deps("l0_gate_proj(0, 0, 1)") == {
         "l0_attn_residual(0)", "l0_attn_residual(1)"}
-    assert _producers(tables, names, "lm_head(0, 0)") == {
+    assert deps("lm_head(0, 0)") == {
         "l1_mlp_residual(0)", "l1_mlp_residual(1)"}
 
 
@@ -401,17 +397,16 @@ def test_folded_norms_leave_the_first_and_final_norm_grids():
     and the final norm keep their grids, and a projection waits on every residual tile of
     its rows (their sums of squares), nothing else."""
     cfg = CONFIGS["tiny-llama"]
-    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, FOLDED_TILES))
+    deps = _dependencies(cfg, FOLDED_TILES, 3)
+    program = deps.program
     assert [g.name for g in program.grids if g.kind == "rms_norm"] == ["l0_attn_norm",
                                                                        "final_norm"]
     kinds = [g.kind for g in program.grids]
     assert kinds.count("norm_linear_partial") == 5 * cfg.num_layers - 3  # not l0's q, k, v
     assert kinds.count("residual_add_sumsq") == 2 * cfg.num_layers - 1   # not the last
-    tables = build_tables(bind(program, {"B": 3}))
-    names = {tables.bound.task_name(t): t for t in range(tables.bound.num_tasks)}
-    assert _producers(tables, names, "l1_q_proj(1, 0, 0)") == {
+    assert deps("l1_q_proj(1, 0, 0)") == {
         "l0_mlp_residual(2, 0)", "l0_mlp_residual(2, 1)"}
-    assert _producers(tables, names, "l0_gate_proj(0, 0, 1)") == {
+    assert deps("l0_gate_proj(0, 0, 1)") == {
         f"l0_attn_residual({m}, {n})" for m in (0, 1) for n in (0, 1)}
     with pytest.raises(ValueError, match="fuse_norm and tiles.fold_norm"):
         build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, replace(FOLDED_TILES, fuse_norm=1))
@@ -432,13 +427,12 @@ def test_one_kv_chunk_leaves_no_merge():
     output of its token and KV head itself: no merge grid, and an o_proj tile waits on the
     attention tiles of its rows and heads."""
     cfg = CONFIGS["tiny-llama"]
-    program = run_pipeline(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, ONE_CHUNK_TILES))
+    deps = _dependencies(cfg, ONE_CHUNK_TILES, 3)
+    program = deps.program
     assert not [g.name for g in program.grids if g.kind == "attn_merge"]
-    tables = build_tables(bind(program, {"B": 3}))
-    names = {tables.bound.task_name(t): t for t in range(tables.bound.num_tasks)}
     # o_proj (m, n, s): row tile m = 1 (token 2), split s = KV head 1's columns
-    assert _producers(tables, names, "l0_o_proj(1, 0, 1)") == {"l0_attn(5)"}
-    assert _producers(tables, names, "l0_o_proj(0, 1, 0)") == {"l0_attn(0)", "l0_attn(2)"}
+    assert deps("l0_o_proj(1, 0, 1)") == {"l0_attn(5)"}
+    assert deps("l0_o_proj(0, 1, 0)") == {"l0_attn(0)", "l0_attn(2)"}
 
 
 @pytest.mark.parametrize("mode, tiles", [
