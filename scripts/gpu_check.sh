@@ -9,7 +9,8 @@
 # benchmarks/compile_bench.py with COMPILE_ARGS, "linear" benchmarks/linear_bench.py with
 # LINEAR_ARGS). The steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped
 # traces go to $OUT (default ./out); with TGZ=1 also everything, logs included, as
-# $OUT/gpu_check.tgz.
+# $OUT/gpu_check.tgz. Set ET_COMMIT to the commit under test: the benchmarks' headers
+# otherwise name what `git rev-parse` says on the GPU machine, whose checkout may lag.
 set -uo pipefail
 OUT="${OUT:-out}"
 STEPS="${STEPS:-tests sanitizer bench decode}"
