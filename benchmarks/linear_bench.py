@@ -24,6 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import tile_configs  # noqa: E402
+
 from eventtensor import ProgramBuilder  # noqa: E402
 
 KEYS = {"rows": 16, "split": 1, "ring": 0, "ctas": 1, "mma": 0}
@@ -32,15 +34,7 @@ KEYS = {"rows": 16, "split": 1, "ring": 0, "ctas": 1, "mma": 0}
 def parse_config(text: str) -> dict[str, int]:
     """`text` "key=value,..." over KEYS (rows, split, ring, ctas, mma) and device-library
     knobs ET_NAME=N (codegen.KNOBS)."""
-    from eventtensor.backends.cuda.codegen import KNOBS
-    out = dict(KEYS)
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, _, value = item.partition("=")
-        if (key not in KEYS and key not in KNOBS) or not value.isdigit():
-            raise SystemExit(f"config {text!r}: {item!r} is not one of "
-                             f"{', '.join(f'{k}=N' for k in KEYS)} or a knob ET_NAME=N")
-        out[key] = int(value)
-    return out
+    return tile_configs.parse_config(text, KEYS)
 
 
 def config_knobs(c: dict[str, int]) -> dict[str, int]:
@@ -48,7 +42,7 @@ def config_knobs(c: dict[str, int]) -> dict[str, int]:
     and the knobs it names."""
     return {**({"ET_STAGE_BYTES": c["ring"]} if c["ring"] else {}),
             **({"ET_LINEAR_MMA": c["mma"]} if c["mma"] else {}),
-            **{k: v for k, v in c.items() if k.startswith("ET_")}}
+            **tile_configs.named_knobs(c)}
 
 
 def linear_program(n: int, k: int, batch: int, rows: int, split: int):
@@ -80,20 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from decode_bench import measure_copy_gb_s, run_meta, time_ms, write_run
 
-    from eventtensor.backends.cuda.codegen import generate, kernel_name
-    from eventtensor.backends.cuda.compiler import compile_many
     from eventtensor.backends.cuda.runtime import Megakernel
-    from eventtensor.schedule import prepare
     if not torch.cuda.is_available():
         raise SystemExit("linear_bench needs a CUDA GPU")
     configs = [(text, parse_config(text)) for text in args.configs]
-    jobs = {}
-    for _, c in configs:
-        p = prepare(linear_program(args.n, args.k, args.batch, c["rows"], c["split"]), "static")
-        src = generate(p, "static", c["ctas"], config_knobs(c))
-        jobs[src] = kernel_name(p, "static", c["ctas"])
-    print(f"[linear_bench] compiling {len(jobs)} kernels", file=sys.stderr, flush=True)
-    compile_many(list(jobs.items()))
+    tile_configs.compile_static("linear_bench", [
+        (linear_program(args.n, args.k, args.batch, c["rows"], c["split"]), c["ctas"],
+         config_knobs(c)) for _, c in configs])
     gen = torch.Generator(device="cuda").manual_seed(0)
     w = torch.randn(args.n, args.k, generator=gen, device="cuda").to(torch.bfloat16)
     x = torch.randn(args.batch, args.k, generator=gen, device="cuda")

@@ -7,10 +7,12 @@
 # benchmarks/decode_trace_bench.py with TRACE_ARGS ("trace_base" the same with the package
 # of the tree at BASE_SRC, for a side-by-side baseline: decode_trace_base.*), "compile"
 # benchmarks/compile_bench.py with COMPILE_ARGS, "linear" benchmarks/linear_bench.py with
-# LINEAR_ARGS). The steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped
-# traces go to $OUT (default ./out); with TGZ=1 also everything, logs included, as
-# $OUT/gpu_check.tgz. Set ET_COMMIT to the commit under test: the benchmarks' headers
-# otherwise name what `git rev-parse` says on the GPU machine, whose checkout may lag.
+# LINEAR_ARGS, "attention" benchmarks/attention_bench.py with ATTENTION_ARGS). The
+# steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped traces go to $OUT
+# (default ./out); with TGZ=1 also everything, logs included, as $OUT/gpu_check.tgz (the
+# GPU machine returns few files: copy that archive alone to its $OUT). Set ET_COMMIT to the
+# commit under test: the benchmarks' headers otherwise name what `git rev-parse` says on the
+# GPU machine, whose checkout may lag.
 set -uo pipefail
 OUT="${OUT:-out}"
 STEPS="${STEPS:-tests sanitizer bench decode}"
@@ -55,6 +57,10 @@ fi
 if has linear; then
   timeout "${LINEAR_TIMEOUT:-300}" python3 benchmarks/linear_bench.py ${LINEAR_ARGS:-} \
     --out "$RUN" 2>&1 | tee "$RUN/linear_bench.log" || FAIL=1
+fi
+if has attention; then
+  timeout "${ATTENTION_TIMEOUT:-300}" python3 benchmarks/attention_bench.py ${ATTENTION_ARGS:-} \
+    --out "$RUN" 2>&1 | tee "$RUN/attention_bench.log" || FAIL=1
 fi
 if has trace; then
   timeout "${TRACE_TIMEOUT:-300}" python3 benchmarks/decode_trace_bench.py ${TRACE_ARGS:-} \

@@ -1,28 +1,18 @@
 """The linear streaming benchmark's pure parts on the CPU: its configurations and its
 program, run on the interpreter against numpy, and the markdown of a run."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from bench_modules import load_bench
 
 from eventtensor import lower
 from eventtensor.backends.cpu import run
 from eventtensor.dtypes import round_to_dtype
 from eventtensor.schedule import prepare
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "linear_bench.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("linear_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    yield from load_bench("linear_bench")
 
 
 def test_configs_parse_and_name_bad_items(bench):
