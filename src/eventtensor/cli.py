@@ -257,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     be = sub.add_parser("bench", help="run a benchmark (decode: the decode step against "
                                       "PyTorch; decode_trace: its profile; decode_tiles: tile "
                                       "configurations; linear: weight streaming of the linear "
-                                      "body; megakernel: runtime overheads)")
+                                      "body; attention: the decode attention body alone; "
+                                      "megakernel: runtime overheads)")
     be.add_argument("name", choices=("decode", "decode_trace", "decode_tiles", "linear",
-                                     "megakernel", "schedule"))
+                                     "attention", "megakernel", "schedule"))
     be.add_argument("rest", nargs=argparse.REMAINDER, help="the benchmark's own arguments")
     be.set_defaults(fn=cmd_bench)
     pr = sub.add_parser("print", help="print an example program as Python")
