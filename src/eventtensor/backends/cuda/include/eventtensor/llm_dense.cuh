@@ -409,8 +409,14 @@ __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTil
         const int ar = et_back_s(a, 1), br = et_back_s(b, 1), orr = et_back_s(out, 1);
         const int as = a.rank == 3 ? (int)a.s[0] : 0, bs = b.rank == 3 ? (int)b.s[0] : 0;
         const int quads = cols / 4, units = rows * quads, nt = (int)blockDim.x;
-        const int want = ((la > lb ? la : lb) + 7) / 8, room = units > 0 ? nt / units : 1;
-        const int lg = want < room ? want : room > 1 ? room : 1;  // (>= 1)
+        const int want = ((la > lb ? la : lb) + 7) / 8, room = units > 0 ? nt / units : 0;
+        const int lg = want < room ? want : room;  // lead groups (0 or 1: none)
+        // unit e's sums over the leads first, first + step, ..., into va and vb
+        auto sums = [&](int e, int first, int step, float4& va, float4& vb) {
+            const int r = e / quads, c = 4 * (e - r * quads);
+            et_lead_sums4(a.p + r * ar + c, la, as, b.p + r * br + c, lb, bs, first, step, va,
+                          vb);
+        };
         auto apply = [&](int e, float4 va, float4 vb) {
             const int r = e / quads, c = 4 * (e - r * quads);
             float4 v;
@@ -423,10 +429,8 @@ __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTil
         if (lg > 1) {  // (uniform) one pass of units * lg threads
             float4* P = reinterpret_cast<float4*>(et_llm_smem());  // 2 per thread past group 0
             const int e = (int)threadIdx.x % units, g = (int)threadIdx.x / units;
-            const int r = e / quads, c = 4 * (e - r * quads);
             float4 va, vb;
-            if (g < lg) et_lead_sums4(a.p + r * ar + c, la, as, b.p + r * br + c, lb, bs, g, lg,
-                                      va, vb);
+            if (g < lg) sums(e, g, lg, va, vb);
             if (g > 0 && g < lg) {
                 P[2 * ((int)threadIdx.x - units)] = va;
                 P[2 * ((int)threadIdx.x - units) + 1] = vb;
@@ -446,9 +450,8 @@ __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTil
         }
 #pragma unroll 1
         for (int e = (int)threadIdx.x; e < units; e += nt) {
-            const int r = e / quads, c = 4 * (e - r * quads);
             float4 va, vb;
-            et_lead_sums4(a.p + r * ar + c, la, as, b.p + r * br + c, lb, bs, 0, 1, va, vb);
+            sums(e, 0, 1, va, vb);
             apply(e, va, vb);
         }
         return;
