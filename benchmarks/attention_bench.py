@@ -5,7 +5,7 @@ side in one process: torch's scaled_dot_product_attention (bf16, GQA) over the s
 then each tile configuration, with the floor (the KV cache read once at the copy bandwidth).
 
     PYTHONPATH=src python3 benchmarks/attention_bench.py --out DIR --batch 64 --keys 512 \
-        --configs "chunk=512" "chunk=128" "chunk=512,ET_ATTN_NEXT_PASS=1"
+        --configs "chunk=512" "chunk=128" "chunk=512,ET_ATTN_STREAM=16"
 
 A configuration: `chunk` positions a tile (KV chunks of the cache; the default, 0, is one
 chunk of all `keys`), `ctas` CTAs per SM, and any device-library knob as ET_NAME=N. Each

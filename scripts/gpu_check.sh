@@ -4,8 +4,10 @@
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
 # TESTS=tests/gpu/test_decode.py, and TESTS_K selects tests by a pytest -k expression;
 # "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
-# benchmarks/decode_trace_bench.py with TRACE_ARGS ("trace_base" the same with the package
-# of the tree at BASE_SRC, for a side-by-side baseline: decode_trace_base.*), "compile"
+# benchmarks/decode_trace_bench.py with TRACE_ARGS ("trace_base" the same with the script
+# and package of the tree at BASE_TREE, e.g. `git archive REV src benchmarks | tar -x -C
+# base_tree`, for a side-by-side baseline: decode_trace_base.*; a benchmark script puts its
+# own tree's src first on the path, so the base tree needs its own), "compile"
 # benchmarks/compile_bench.py with COMPILE_ARGS, "linear" benchmarks/linear_bench.py with
 # LINEAR_ARGS, "attention" benchmarks/attention_bench.py with ATTENTION_ARGS). The
 # steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped traces go to $OUT
@@ -66,10 +68,11 @@ if has trace; then
   timeout "${TRACE_TIMEOUT:-300}" python3 benchmarks/decode_trace_bench.py ${TRACE_ARGS:-} \
     --out "$RUN" 2>&1 | tee "$RUN/decode_trace.log" || FAIL=1
 fi
-if has trace_base; then  # the same profile from another tree's package (BASE_SRC: its src)
+if has trace_base; then  # the same profile from another tree (BASE_TREE: its src, benchmarks)
   mkdir -p "$RUN/base"
-  PYTHONPATH="${BASE_SRC:?trace_base needs BASE_SRC}" timeout "${TRACE_TIMEOUT:-300}" \
-    python3 benchmarks/decode_trace_bench.py ${TRACE_ARGS:-} --out "$RUN/base" 2>&1 \
+  BASE="${BASE_TREE:?trace_base needs BASE_TREE}"
+  PYTHONPATH="$BASE/src" timeout "${TRACE_TIMEOUT:-300}" \
+    python3 "$BASE/benchmarks/decode_trace_bench.py" ${TRACE_ARGS:-} --out "$RUN/base" 2>&1 \
     | tee "$RUN/decode_trace_base.log" || FAIL=1
   for f in "$RUN"/base/decode_trace.{json,md}; do
     [ -f "$f" ] && cp "$f" "$RUN/$(basename "${f%.*}")_base.${f##*.}"

@@ -19,7 +19,9 @@ needs_cxx = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 PATCHES = {
     "llm_dense.cuh": {
         r'asm volatile\("mma\.sync\.aligned\.m16n8k16[^;]*;[^;]*;': "et_host_mma(d, a, b);",
-        # ET_LINEAR_ASYNC: the ring in a static buffer, each copy done at once
+    },
+    "llm_common.cuh": {
+        # ET_LINEAR_ASYNC, ET_ATTN_STREAM: the ring in a static buffer, each copy done at once
         r'extern __shared__ __align__\(128\) unsigned char et_dynamic_smem\[\];':
             "static unsigned char et_dynamic_smem[3 * 65536] __attribute__((aligned(128)));",
         r'asm volatile\("createpolicy\.fractional\.L2::evict_first\.b64 %0, 1\.0;" '

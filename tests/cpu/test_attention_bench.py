@@ -17,8 +17,8 @@ def bench():
 
 
 def test_configs_parse_and_name_bad_items(bench):
-    assert bench.parse_config("chunk=128, ET_ATTN_NEXT_PASS=1") == {
-        "chunk": 128, "ctas": 1, "ET_ATTN_NEXT_PASS": 1}
+    assert bench.parse_config("chunk=128, ET_ATTN_STREAM=16") == {
+        "chunk": 128, "ctas": 1, "ET_ATTN_STREAM": 16}
     with pytest.raises(SystemExit, match="'ET_NOPE=1' is not one of"):
         bench.parse_config("ET_NOPE=1")
     with pytest.raises(SystemExit, match="'rows=4' is not one of chunk=N, ctas=N"):
@@ -84,6 +84,6 @@ def test_kernel_compiles_for_sm90a(bench, chunk, tmp_path, monkeypatch):
     from eventtensor.backends.cuda.compiler import compile_source
     monkeypatch.setenv("EVENTTENSOR_CACHE", str(tmp_path / "cache"))
     p = prepare(bench.attention_program(64, 32, 8, 64, 512, chunk), "static")
-    src = generate(p, "static", 1, {"ET_ATTN_NEXT_PASS": 1})
+    src = generate(p, "static", 1, {"ET_ATTN_STREAM": 16})
     assert "#define ET_ATTN_GROUPS 16" in src  # (1 << 4)
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"

@@ -323,6 +323,25 @@ def test_linear_async_rounds_take_the_dynamic_shared_memory():
         generate(p, "static", knobs={"ET_LINEAR_ASYNC": 2, "ET_STAGE_BYTES": 16384})
 
 
+def test_attention_stream_takes_the_dynamic_shared_memory():
+    """ET_ATTN_STREAM takes 16 or 32 words of 16 bytes a thread (64 or 128 KB a CTA) of
+    dynamic shared memory, shared with the linear's rounds (the larger of the two), where the
+    CTAs of an SM leave room, and not beside the stage ring."""
+    assert dynamic_smem_bytes({"ET_ATTN_STREAM": 16}) == 65536
+    assert dynamic_smem_bytes({"ET_ATTN_STREAM": 32, "ET_LINEAR_ASYNC": 3}) == 3 * 65536
+    assert dynamic_smem_bytes({"ET_ATTN_STREAM": 32, "ET_LINEAR_ASYNC": 0}) == 2 * 65536
+    p = program_for("symbolic_batch", "static")
+    assert "#define ET_ATTN_STREAM 16" in generate(p, "static", knobs={"ET_ATTN_STREAM": 16})
+    with pytest.raises(ValueError, match="knob ET_ATTN_STREAM=8: the attention's KV ring takes "
+                                         "16 or 32 words"):
+        generate(p, "static", knobs={"ET_ATTN_STREAM": 8})
+    with pytest.raises(ValueError, match=r"knob ET_ATTN_STREAM=32: .* at most 87040 bytes "
+                                         r"a CTA with 2 CTA\(s\) per SM"):
+        generate(p, "static", 2, knobs={"ET_ATTN_STREAM": 32})
+    with pytest.raises(ValueError, match="ET_STAGE_BYTES=16384 and ET_ATTN_STREAM=16 both"):
+        generate(p, "static", knobs={"ET_ATTN_STREAM": 16, "ET_STAGE_BYTES": 16384})
+
+
 def test_input_tiles_are_staged_and_read_from_the_stage_ring():
     """gemm2_partial hands its W2 tile (an input), not its Y1 tile (written by a task), to the
     stager, and reads W2 through et_staged."""

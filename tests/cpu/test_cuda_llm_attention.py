@@ -398,13 +398,16 @@ def build() -> Program:
 PROGRAM = build()
 
 
-@pytest.fixture(scope="module", params=[0, 1], ids=["own_pass_loads", "next_pass_loads"])
+@pytest.fixture(scope="module", params=[0, 16, 32],
+                ids=["register_passes", "stream_16", "stream_32"])
 def results(request, tmp_path_factory):
-    """Every case's output, with each pass of a multi-pass attention tile loading its own
-    words (the default) or the next pass's first (ET_ATTN_NEXT_PASS 1)."""
+    """Every case's output, with the attention's key and value words loaded a pass at a
+    time into registers (ET_ATTN_STREAM 0) or streamed through a ring of 16 or 32 words a
+    thread in shared memory (emulated copies land at once, so a group copied into a slot
+    before the slot's words were taken breaks the result)."""
     out = run_host(tmp_path_factory.mktemp("llm_attention"), "\n".join(PROGRAM.lines),
                    headers=HEADERS,
-                   prelude=PRELUDE + f"\n#define ET_ATTN_NEXT_PASS {request.param}\n")
+                   prelude=PRELUDE + f"\n#define ET_ATTN_STREAM {request.param}\n")
     got = {}
     for line in out.splitlines():
         words = line.split()
@@ -489,12 +492,15 @@ __global__ void BOUNDS merge(float* p, float* l, float* o, int G, int m) {
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
-def test_header_compiles_for_sm90a_without_spills(tmp_path):
+@pytest.mark.parametrize("stream", [0, 16, 32])
+def test_header_compiles_for_sm90a_without_spills(tmp_path, stream):
     """Every body, instantiated with float and bf16 caches and norms (and absent norms),
-    compiles for sm_90a with the options NVRTC gets (fast math) and spills nothing."""
+    compiles for sm_90a with the options NVRTC gets (fast math) and spills nothing, with
+    the attention's words in registers or streamed (ET_ATTN_STREAM)."""
     src = tmp_path / "llm_attention.cu"
     src.write_text(DEVICE_SOURCE)
     res = subprocess.run([NVCC, "-arch=sm_90a", "-std=c++17", "--use_fast_math",
+                          f"-DET_ATTN_STREAM={stream}",
                           f"-I{INCLUDE}", "--resource-usage", "-c", str(src), "-o",
                           str(tmp_path / "llm_attention.o")],
                          capture_output=True, text=True, timeout=600)

@@ -27,11 +27,12 @@ GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
          "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
          "ET_PREFETCH_OWN", "ET_LINEAR_MMA", "ET_LINEAR_MMA_LO", "ET_LINEAR_CORE_ROWS",
-         "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY", "ET_ATTN_NEXT_PASS")
+         "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY", "ET_ATTN_STREAM")
 # task kinds with an early part, run before their waits where ET_LINEAR_EARLY is set
 # (llm_dense.cuh et_early_<kind>, the body's arguments)
 EARLY_KINDS = ("linear_partial",)
 ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
+ATTN_STREAM_WORDS = (0, 16, 32)  # llm_attention.cuh ET_ATTN_STREAM: words a thread, 16 bytes
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
@@ -43,10 +44,13 @@ STATIC_SMEM_BOUND = 28 * 1024  # a megakernel's static shared memory, at most (r
 
 def dynamic_smem_bytes(knobs: Mapping[str, int] | None) -> int:
     """The dynamic shared memory a CTA of a kernel with these knobs takes: the stage ring
-    (ET_STAGE_BYTES) or the one-row linear's rounds of weight words (ET_LINEAR_ASYNC)."""
+    (ET_STAGE_BYTES), or the larger of the one-row linear's rounds of weight words
+    (ET_LINEAR_ASYNC) and the attention's ring of KV words (ET_ATTN_STREAM), which share it
+    (a CTA runs one body at a time)."""
     knobs = knobs or {}
-    return int(knobs.get("ET_STAGE_BYTES", 0)) or \
-        int(knobs.get("ET_LINEAR_ASYNC", 0)) * ASYNC_ROUND_BYTES
+    return int(knobs.get("ET_STAGE_BYTES", 0)) or max(
+        int(knobs.get("ET_LINEAR_ASYNC", 0)) * ASYNC_ROUND_BYTES,
+        int(knobs.get("ET_ATTN_STREAM", 0)) * 16 * 256)
 
 
 def stage_bytes(ctas_per_sm: int) -> int:
@@ -287,9 +291,16 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
     if knobs.get("ET_LINEAR_EARLY", 0) and not rounds:
         raise ValueError(f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: the early weight "
                          "copies go to the ring of ET_LINEAR_ASYNC; set it to 2 or 3")
-    if rounds and staging:
-        raise ValueError(f"knobs ET_STAGE_BYTES={staging} and ET_LINEAR_ASYNC={rounds} both "
-                         "take the dynamic shared memory; set one of them")
+    stream = knobs.get("ET_ATTN_STREAM", 0)
+    if stream not in ATTN_STREAM_WORDS or stream * 16 * 256 > stage_bytes(ctas_per_sm):
+        raise ValueError(f"knob ET_ATTN_STREAM={stream}: the attention's KV ring takes "
+                         f"{' or '.join(map(str, ATTN_STREAM_WORDS[1:]))} words of 16 bytes "
+                         f"a thread (0: none), at most {stage_bytes(ctas_per_sm)} bytes a CTA "
+                         f"with {ctas_per_sm} CTA(s) per SM")
+    for other, value in (("ET_LINEAR_ASYNC", rounds), ("ET_ATTN_STREAM", stream)):
+        if value and staging:
+            raise ValueError(f"knobs ET_STAGE_BYTES={staging} and {other}={value} both take "
+                             "the dynamic shared memory; set one of them")
     if knobs.get("ET_DEFER_MAX", 1) < 1:
         raise ValueError("knob ET_DEFER_MAX=0: a CTA holds back the notifies of at most "
                          "ET_DEFER_MAX - 1 tasks; it takes 1 (none) or more")

@@ -391,7 +391,7 @@ class Megakernel:
         self.ctas_per_sm = ctas_per_sm
         self.overlap_launches = overlap_launches
         self.knobs = dict(knobs or {})
-        self.dynamic_smem = dynamic_smem_bytes(knobs)  # the stage ring or the linear's rounds
+        self.dynamic_smem = dynamic_smem_bytes(knobs)  # rings: stage, linear rounds, KV words
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         self.num_sms = num_sms or props.multi_processor_count
         self.num_ctas = self.num_sms * ctas_per_sm  # the workers the schedules deal tasks to
@@ -424,9 +424,9 @@ class Megakernel:
         return self._func
 
     def _allow_dynamic_smem(self, func) -> None:
-        """Let the kernel take its stage ring (knob ET_STAGE_BYTES) or its one-row linear's
-        rounds (ET_LINEAR_ASYNC) as dynamic shared memory beside its static shared memory,
-        or say why it cannot."""
+        """Let the kernel take its stage ring (knob ET_STAGE_BYTES), its one-row linear's
+        rounds (ET_LINEAR_ASYNC) or its attention's KV ring (ET_ATTN_STREAM) as dynamic shared
+        memory beside its static shared memory, or say why it cannot."""
         from cuda.bindings import driver
         attr, dev_attr = driver.CUfunction_attribute, driver.CUdevice_attribute
         static = _check(driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
@@ -436,7 +436,8 @@ class Megakernel:
             dev_attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
             "cuDeviceGetAttribute")
         if static + self.dynamic_smem > most:
-            knob = "ET_STAGE_BYTES" if self.knobs.get("ET_STAGE_BYTES") else "ET_LINEAR_ASYNC"
+            knob = max(("ET_STAGE_BYTES", "ET_LINEAR_ASYNC", "ET_ATTN_STREAM"),
+                       key=lambda k: dynamic_smem_bytes({k: self.knobs.get(k, 0)}))
             raise ValueError(f"knob {knob}={self.knobs[knob]}: kernel {self.name} has "
                              f"{static} bytes of static shared memory, and a CTA may take "
                              f"{most} in all: {self.dynamic_smem} bytes of dynamic shared "

@@ -334,16 +334,22 @@ struct EtAttn {
 // w * WW .. (WW = 2^ceil(log2 ceil(W / warps))), lane (ks, wl) word w * WW + wl of the keys
 // ks, ks + KS, ... (KS = 32 / WW): p = exp2(score - m) summed into z[g] and into the GP * V
 // outputs of its word, z summed over the KS lanes of the word, the outputs divided by it,
-// reduce-scattered over those lanes and stored. The first KB values of each lane are loaded
-// before the scores, so their latency overlaps the keys'; a pass over KB keys (or values)
-// of a lane first loads the next pass's, so a tile of several passes waits on one round of
-// loads per phase, not one per pass (knob ET_ATTN_NEXT_PASS; off, each pass loads its own:
-// the words of the next pass cost registers, which the decode kernel's instance spills).
+// reduce-scattered over those lanes and stored.
+// Key and value words: with ET_ATTN_STREAM = 0, each pass over KB keys (or values) loads its
+// own words into registers, the first pass of both phases before the scores, so that the
+// value loads overlap the key phase; a tile of several passes then waits on one memory
+// latency per pass. With ET_ATTN_STREAM = N (16 or 32), the words stream through a ring of N
+// words per thread in dynamic shared memory (N * 4 KB a CTA, et_async_ring): the key passes
+// then the value passes form one sequence of groups of KB words, NG = N / KB groups of the
+// ring, NG - 1 of them in flight (cp.async) while the thread takes one. Each thread copies
+// and reads back only its own words, so it waits on its own cp.async groups, no barrier.
 // Two CTA barriers; every thread runs the same iterations and shuffles. Loops that need no
 // unrolling are kept rolled: the body runs once per tile, so its code size is fetch time.
-#ifndef ET_ATTN_NEXT_PASS
-#define ET_ATTN_NEXT_PASS 0
+#ifndef ET_ATTN_STREAM
+#define ET_ATTN_STREAM 0
 #endif
+static_assert(ET_ATTN_STREAM == 0 || ET_ATTN_STREAM == 16 || ET_ATTN_STREAM == 32,
+              "ET_ATTN_STREAM takes 0 (registers), 16 or 32 words a thread");
 template <int GP, typename C, typename O>
 __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     constexpr int V = 16 / (int)sizeof(C), KB = 32 / V, KC = 4;  // KB: a 64-key chunk of D = 128
@@ -358,8 +364,7 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     const int lgw = et_log2_ceil((W + warps - 1) / warps), lgs = 5 - lgw, KS = 1 << lgs;
     const int ks = lane >> lgw, vw = (warp << lgw) + (lane & ((1 << lgw) - 1));
     const bool vok = vw < W;
-    constexpr bool NEXT = ET_ATTN_NEXT_PASS;
-    EtWord16 kraw[KB], vraw[KB], next[KB];  // next: the following pass's keys or values
+    EtWord16 kraw[KB], vraw[KB];
     auto load_k = [&](EtWord16 (&dst)[KB], int j0) {
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
@@ -376,12 +381,42 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
                 dst[b] = reinterpret_cast<const EtWord16*>(a.v + j * a.rv)[vw];
         }
     };
-    auto take_next = [&](EtWord16 (&dst)[KB]) {
+    // the stream: group i is key pass i (i < pk) or value pass i - pk, in ring slot i % NG
+    constexpr int NG = ET_ATTN_STREAM / KB > 1 ? ET_ATTN_STREAM / KB : 2;
+    const int pk = (a.keys + KB * kstep - 1) / (KB * kstep);
+    const int pv = (a.keys + KB * KS - 1) / (KB * KS);
+    const unsigned long long policy = ET_ATTN_STREAM ? et_async_policy<false>() : 0ull;
+    auto slot = [&](int i) { return et_async_ring() + (i % NG) * KB * 256 + (int)threadIdx.x; };
+    auto issue = [&](int i) {  // group i's copies, as one cp.async group (empty past the last)
+        EtWord16* s = slot(i);
 #pragma unroll
-        for (int b = 0; b < KB; ++b) dst[b] = next[b];
+        for (int b = 0; b < KB; ++b) {
+            if (i < pk) {
+                const int j = rg + (i * KB + b) * kstep;
+                if (kok && j < a.past)
+                    et_async_word(s + b * 256, a.k + j * a.rk + wq * V, 16, policy);
+            } else if (i < pk + pv) {
+                const int j = ks + ((i - pk) * KB + b) * KS;
+                if (vok && j < a.past)
+                    et_async_word(s + b * 256, a.v + j * a.rv + vw * V, 16, policy);
+            }
+        }
+        et_async_commit();
     };
-    load_k(kraw, rg);
-    load_v(vraw, ks);
+    auto take = [&](EtWord16 (&dst)[KB], int i) {  // group i, once its copies landed
+        issue(i + NG - 1);  // into the slot of group i - 1, taken before
+        et_async_wait<NG - 1>();
+        const EtWord16* s = slot(i);
+#pragma unroll
+        for (int b = 0; b < KB; ++b) dst[b] = s[b * 256];
+    };
+    if constexpr (ET_ATTN_STREAM > 0) {
+#pragma unroll 1
+        for (int i = 0; i < NG - 1; ++i) issue(i);
+    } else {
+        load_k(kraw, rg);
+        load_v(vraw, ks);
+    }
     float qr[GP][V];
 #pragma unroll
     for (int g = 0; g < GP; ++g) {
@@ -391,10 +426,9 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
             for (int e = 0; e < V; ++e) qr[g][e] = 0.f;
     }
     const float scale = ET_LOG2E * rsqrtf((float)a.D);
-    for (int j0 = rg, base = 0; base < a.keys; j0 += KB * kstep, base += KB * kstep) {
-        const bool more = NEXT && base + KB * kstep < a.keys;  // (uniform) a pass follows
-        if (more) load_k(next, j0 + KB * kstep);  // in flight during this pass
-        else if (!NEXT && base > 0) load_k(kraw, j0);
+    for (int j0 = rg, i = 0; i < pk; j0 += KB * kstep, ++i) {
+        if constexpr (ET_ATTN_STREAM > 0) take(kraw, i);
+        else if (i > 0) load_k(kraw, j0);
 #pragma unroll
         for (int h = 0; h < KB; h += KC) {
             float acc[KC * GP];
@@ -424,7 +458,6 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
                 if (sl.owner && g < a.G && j < a.keys) S[j * GP + g] = acc[i] * scale;
             }
         }
-        if (more) take_next(kraw);
     }
     __syncthreads();
     float m[GP], z[GP], o[GP * V];
@@ -439,10 +472,9 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     for (int g = 0; g < GP; ++g) m[g] = et_warp_max(m[g]);
 #pragma unroll
     for (int i = 0; i < GP * V; ++i) o[i] = 0.f;
-    for (int j0 = ks; j0 - ks < a.keys; j0 += KB * KS) {
-        const bool more = NEXT && j0 - ks + KB * KS < a.keys;
-        if (more) load_v(next, j0 + KB * KS);
-        else if (!NEXT && j0 > ks) load_v(vraw, j0);
+    for (int j0 = ks, i = 0; i < pv; j0 += KB * KS, ++i) {
+        if constexpr (ET_ATTN_STREAM > 0) take(vraw, pk + i);
+        else if (i > 0) load_v(vraw, j0);
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * KS;
@@ -466,7 +498,6 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
 #pragma unroll
                 for (int e = 0; e < V; ++e) o[g * V + e] += p[g] * x[e];
         }
-        if (more) take_next(vraw);
     }
     __syncthreads();  // the last read of S
     for (int bit = lgw; bit < 5; ++bit)

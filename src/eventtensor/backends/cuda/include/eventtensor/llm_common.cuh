@@ -1,5 +1,6 @@
 // Shared pieces of the decode-step bodies (llm_dense.cuh, llm_attention.cuh): their one
-// shared-memory buffer and warp reductions. Included after bodies.cuh.
+// shared-memory buffer, asynchronous copies to shared memory and warp reductions. Included
+// after bodies.cuh.
 #pragma once
 
 // Shared memory of the decode bodies: one buffer for all of them (a CTA runs one body at a
@@ -12,6 +13,38 @@
 __device__ __forceinline__ float* et_llm_smem() {
     __shared__ float4 buf[ET_LLM_SMEM_BYTES / 16];
     return reinterpret_cast<float*>(buf);
+}
+
+// Dynamic shared memory as 16-byte words: the rings of asynchronous copies of the bodies
+// (llm_dense.cuh ET_LINEAR_ASYNC, llm_attention.cuh ET_ATTN_STREAM), one at a time.
+__device__ __forceinline__ EtWord16* et_async_ring() {
+    extern __shared__ __align__(128) unsigned char et_dynamic_smem[];
+    return reinterpret_cast<EtWord16*>(et_dynamic_smem);
+}
+// An L2 policy for the copies: evict-first (weights read once) or normal.
+template <bool FIRST>
+__device__ __forceinline__ unsigned long long et_async_policy() {
+    unsigned long long p;
+    if constexpr (FIRST)
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    else
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+// One 16-byte word from global src to shared dst, asynchronously; zeros where bytes is 0.
+__device__ __forceinline__ void et_async_word(EtWord16* dst, const void* src, int bytes,
+                                              unsigned long long policy) {
+    asm volatile("{\n\t.reg .u64 d;\n\tcvta.to.shared.u64 d, %0;\n\t"
+                 "cp.async.cg.shared.global.L2::cache_hint [d], [%1], 16, %2, %3;\n\t}"
+                 :: "l"(dst), "l"(src), "r"(bytes), "l"(policy) : "memory");
+}
+__device__ __forceinline__ void et_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Wait until at most N of this thread's cp.async groups are pending.
+template <int N>
+__device__ __forceinline__ void et_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 
 // v summed over the 32 lanes of the warp, for every lane (all 32 lanes call it).

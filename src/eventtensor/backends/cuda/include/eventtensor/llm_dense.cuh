@@ -606,36 +606,6 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 #define ET_ASYNC_ROUND_BYTES 65536  // 256 threads x 16 words x 16 bytes
 static_assert(ET_LINEAR_ASYNC == 0 || ET_LINEAR_ASYNC == 2 || ET_LINEAR_ASYNC == 3,
               "ET_LINEAR_ASYNC takes 0 (off), 2 or 3 rounds");
-__device__ __forceinline__ EtWord16* et_async_ring() {
-    extern __shared__ __align__(128) unsigned char et_dynamic_smem[];
-    return reinterpret_cast<EtWord16*>(et_dynamic_smem);
-}
-// An L2 policy for the copies: evict-first (weights read once) or normal.
-template <bool FIRST>
-__device__ __forceinline__ unsigned long long et_async_policy() {
-    unsigned long long p;
-    if constexpr (FIRST)
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    else
-        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-// One 16-byte word from global src to shared dst, asynchronously; zeros where bytes is 0.
-__device__ __forceinline__ void et_async_word(EtWord16* dst, const void* src, int bytes,
-                                              unsigned long long policy) {
-    asm volatile("{\n\t.reg .u64 d;\n\tcvta.to.shared.u64 d, %0;\n\t"
-                 "cp.async.cg.shared.global.L2::cache_hint [d], [%1], 16, %2, %3;\n\t}"
-                 :: "l"(dst), "l"(src), "r"(bytes), "l"(policy) : "memory");
-}
-__device__ __forceinline__ void et_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Wait until at most N of this thread's cp.async groups are pending.
-template <int N>
-__device__ __forceinline__ void et_async_wait() {
-    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
-}
-
 // This thread's first word in ring slot q % ET_LINEAR_ASYNC (a slot: one round, 16 words a
 // thread, word i of thread t at i * 256 + t).
 __device__ __forceinline__ EtWord16* et_async_slot(int q) {
