@@ -84,6 +84,14 @@ def merged(out: np.ndarray, lse: np.ndarray, heads: int, head_dim: int) -> np.nd
     return (out * w[..., None]).sum(-2).reshape(out.shape[0], heads * head_dim)
 
 
+def body_and_setup_us(prof) -> tuple[np.ndarray, np.ndarray]:
+    """Per task that ran in a profiled launch (`Profile`), in µs: its body (waits satisfied
+    to the barrier after the body) and of it the setup (to thread 0 entering the body)."""
+    t = prof.tasks[prof.ran].astype(np.int64)
+    entered = prof.entered[prof.ran].astype(np.int64)
+    return (t[:, 3] - t[:, 1]) / 1e3, (entered - t[:, 1]) / 1e3
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="llama-3.2-1b", help="its heads, KV heads, head dim")
@@ -146,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         prof_st = mk.launch({}, inputs, profile=True)
         mk.sync(prof_st)
         prof = mk.profile(prof_st)
-        t = prof.tasks[prof.ran]
-        body = (t[:, 3] - t[:, 1]) / 1e3    # waits satisfied .. barrier after the body
-        setup = (t[:, 7] - t[:, 1]) / 1e3   # .. thread 0 enters the body
+        body, setup = body_and_setup_us(prof)
         row = {"config": text, **c, "ms": ms, "floor_ms": floor_ms, "err": err,
                "tasks": int(prof.ran.size), "body_us_median": statistics.median(body),
                "setup_us_median": statistics.median(setup)}

@@ -6,8 +6,9 @@
 # "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
 # benchmarks/decode_trace_bench.py with TRACE_ARGS ("trace_base" the same with the script
 # and package of the tree at BASE_TREE, e.g. `git archive REV src benchmarks | tar -x -C
-# base_tree`, for a side-by-side baseline: decode_trace_base.*; a benchmark script puts its
-# own tree's src first on the path, so the base tree needs its own), "compile"
+# base_tree`, BASE_COMMIT naming REV, for a side-by-side baseline: decode_trace_base.*; a
+# benchmark script puts its own tree's src first on the path, so the base tree needs its
+# own), "compile"
 # benchmarks/compile_bench.py with COMPILE_ARGS, "linear" benchmarks/linear_bench.py with
 # LINEAR_ARGS, "attention" benchmarks/attention_bench.py with ATTENTION_ARGS). The
 # steps' logs, the benchmarks' JSON, markdown and pictures and the gzipped traces go to $OUT
@@ -71,7 +72,7 @@ fi
 if has trace_base; then  # the same profile from another tree (BASE_TREE: its src, benchmarks)
   mkdir -p "$RUN/base"
   BASE="${BASE_TREE:?trace_base needs BASE_TREE}"
-  PYTHONPATH="$BASE/src" timeout "${TRACE_TIMEOUT:-300}" \
+  PYTHONPATH="$BASE/src" ET_COMMIT="${BASE_COMMIT:-base tree}" timeout "${TRACE_TIMEOUT:-300}" \
     python3 "$BASE/benchmarks/decode_trace_bench.py" ${TRACE_ARGS:-} --out "$RUN/base" 2>&1 \
     | tee "$RUN/decode_trace_base.log" || FAIL=1
   for f in "$RUN"/base/decode_trace.{json,md}; do

@@ -87,3 +87,16 @@ def test_kernel_compiles_for_sm90a(bench, chunk, tmp_path, monkeypatch):
     src = generate(p, "static", 1, {"ET_ATTN_STREAM": 16})
     assert "#define ET_ATTN_GROUPS 16" in src  # (1 << 4)
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
+
+
+def test_body_and_setup_come_from_the_profile_stamps(bench):
+    """Body: waits satisfied (column 1) to the barrier after the body (column 3); setup:
+    to thread 0 entering the body (`entered`); tasks that did not run are left out."""
+    from eventtensor.backends.cuda.runtime import Profile
+    tasks = np.array([[0, 1000, 4000, 9000, 9500, 9900], [0, 2000, 2500, 7000, 7100, 7200],
+                      [0, 0, 0, 0, 0, 0]], np.uint64)
+    prof = Profile(tasks=tasks, sm=np.zeros(3), cta=np.zeros((1, 4)), ran=np.array([0, 1]),
+                   entered=np.array([3000, 2250, 0], np.uint64))
+    body, setup = bench.body_and_setup_us(prof)
+    np.testing.assert_allclose(body, [8.0, 5.0])
+    np.testing.assert_allclose(setup, [2.0, 0.25])

@@ -42,7 +42,8 @@ def test_layers_share_their_cases_and_take_their_tensors_by_grid():
     a case lists exactly the tensors that grid touches."""
     _, p2 = decode_program("tiny-qwen3", layers=2)
     _, p4 = decode_program("tiny-qwen3", layers=4)
-    cases = [src.split("__device__ void et_run_task(")[1].split("\n}\n")[0].count("{  // task")
+    head = "__device__ __forceinline__ void et_run_task("
+    cases = [src.split(head)[1].split("\n}\n")[0].count("{  // task")
              for src in (generate(p2, "static"), generate(p4, "static"))]
     assert cases[0] == cases[1]
     src = generate(p4, "static")
@@ -119,14 +120,15 @@ def test_decode_kernel_with_folded_norms_compiles():
 
 def test_decode_sessions_default_knobs_compile():
     """The decode session's knobs (decode_knobs: no next-task L2 prefetch, evict-first
-    weights, tensor cores from 8 rows and CUDA-core passes of up to 8 rows; the ring without
-    evict-first weights, caller knobs on top) make a kernel that compiles and differs from
-    the device library's defaults."""
+    weights, tensor cores from 8 rows and CUDA-core passes of up to 8 rows, the attention's
+    KV stream; the ring without evict-first weights and the KV stream, caller knobs on top)
+    make a kernel that compiles and differs from the device library's defaults."""
     from eventtensor.models.gpu_decode import DECODE_KNOBS, decode_knobs
     assert decode_knobs(None) == DECODE_KNOBS == {"ET_PREFETCH_NEXT": 0,
                                                   "ET_WEIGHTS_EVICT_FIRST": 1,
                                                   "ET_LINEAR_MMA": 8,
-                                                  "ET_LINEAR_CORE_ROWS": 8}
+                                                  "ET_LINEAR_CORE_ROWS": 8,
+                                                  "ET_ATTN_STREAM": 16}
     assert decode_knobs({"ET_STAGE_BYTES": 4096}) == {"ET_PREFETCH_NEXT": 0,
                                                       "ET_LINEAR_MMA": 8,
                                                       "ET_LINEAR_CORE_ROWS": 8,
@@ -136,6 +138,7 @@ def test_decode_sessions_default_knobs_compile():
     src = generate(p, "static", knobs=decode_knobs(None))
     assert "#define ET_PREFETCH_NEXT 0" in src and "#define ET_WEIGHTS_EVICT_FIRST 1" in src
     assert "#define ET_LINEAR_MMA 8" in src and "#define ET_LINEAR_CORE_ROWS 8" in src
+    assert "#define ET_ATTN_STREAM 16" in src
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 

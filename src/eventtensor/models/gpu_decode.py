@@ -70,16 +70,22 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # multiple of 32, unaligned x): Llama-3.2-1B's kernel has 33.6k instructions instead of
 # 36.0k and compiles in 12.1-13.1 s instead of 14.7 s on a 2-CPU host
 # (benchmarks/results/kernel_size/kernel_size.md).
+# The attention's KV words stream through 16 words a thread of shared memory (ET_ATTN_STREAM):
+# on an H100, 2.612 / 4.290 / 8.877 to 2.476 / 4.210 / 8.080 ms at B = 1 / 16 / 64, the
+# attention bodies summed over the CTAs 263 to 163 ms at B = 64; 32 words: 2.605 / 4.497 /
+# 8.497 ms (benchmarks/results/attention/decode_attn_stream.md).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
-                "ET_LINEAR_CORE_ROWS": 8}
+                "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16}
 
 
 def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
     """DECODE_KNOBS overridden by `knobs`; with the stage ring (ET_STAGE_BYTES), whose copies
-    carry their own L2 hint, without the evict-first weight loads."""
+    carry their own L2 hint and take the dynamic shared memory, without the evict-first
+    weight loads and the attention's KV stream."""
     merged = dict(DECODE_KNOBS)
     if (knobs or {}).get("ET_STAGE_BYTES"):
         merged.pop("ET_WEIGHTS_EVICT_FIRST")
+        merged.pop("ET_ATTN_STREAM")
     return {**merged, **(knobs or {})}
 
 

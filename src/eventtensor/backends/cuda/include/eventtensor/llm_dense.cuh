@@ -282,8 +282,11 @@ __device__ __forceinline__ void et_body_embedding(const EtTileT<W>& row, const E
 // then each thread scales its columns. Where a thread's groups of 4 columns number at most
 // ET_NORM_QUADS, it loads them all at once and keeps them, then loads its w words at once:
 // two rounds of loads a row, however many columns a thread takes (the norms sit on the decode
-// step's critical path); else x is read again for the scaling (an L1 hit).
+// step's critical path); else x is read again for the scaling (an L1 hit). Knob
+// ET_NORM_QUADS: 0 reads x again always.
+#ifndef ET_NORM_QUADS
 #define ET_NORM_QUADS 16
+#endif
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTileT<W>& w,
                                                  const EtTileT<O>& out, float eps) {
@@ -291,7 +294,8 @@ __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTi
     const EtRowGroups g = et_row_groups(rows);
     const bool quads = et_quads(x) && et_quads(w) && et_quads(out) && x.rank <= 2 &&
                        w.rank == 1 && out.rank <= 2;
-    const bool held = quads && cols <= 4 * ET_NORM_QUADS * g.threads;
+    constexpr int NQ = ET_NORM_QUADS > 0 ? ET_NORM_QUADS : 1;  // (register arrays' size)
+    const bool held = ET_NORM_QUADS > 0 && quads && cols <= 4 * ET_NORM_QUADS * g.threads;
     const int xr = x.rank == 2 ? (int)x.s[0] : 0, orr = out.rank == 2 ? (int)out.s[0] : 0;
     for (int it = 0; it < g.iters; ++it) {
         const int r = it * g.groups + g.group;
@@ -299,15 +303,15 @@ __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTi
         const X* xp = x.p + r * xr;
         O* op = out.p + r * orr;
         float ss = 0.f;
-        float4 xv[ET_NORM_QUADS];
+        float4 xv[NQ];
         if (live && held) {
 #pragma unroll
-            for (int i = 0; i < ET_NORM_QUADS; ++i) {
+            for (int i = 0; i < NQ; ++i) {
                 const int c = 4 * (g.part + i * g.threads);
                 xv[i] = c < cols ? et_load4(xp + c) : float4{0.f, 0.f, 0.f, 0.f};
             }
 #pragma unroll
-            for (int i = 0; i < ET_NORM_QUADS; ++i)
+            for (int i = 0; i < NQ; ++i)
                 ss += (xv[i].x * xv[i].x + xv[i].y * xv[i].y) +
                       (xv[i].z * xv[i].z + xv[i].w * xv[i].w);
         } else if (live && quads) {
@@ -331,14 +335,14 @@ __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTi
             return v;
         };
         if (live && held) {
-            float4 wv[ET_NORM_QUADS];
+            float4 wv[NQ];
 #pragma unroll
-            for (int i = 0; i < ET_NORM_QUADS; ++i) {
+            for (int i = 0; i < NQ; ++i) {
                 const int c = 4 * (g.part + i * g.threads);
                 if (c < cols) wv[i] = et_load4(w.p + c);
             }
 #pragma unroll
-            for (int i = 0; i < ET_NORM_QUADS; ++i) {
+            for (int i = 0; i < NQ; ++i) {
                 const int c = 4 * (g.part + i * g.threads);
                 if (c < cols) et_store4(op + c, scaled(xv[i], wv[i]));
             }
