@@ -205,7 +205,7 @@ CASES = [
     rms(1, 4096), rms(2, 256), rms(3, 256), rms(16, 256), rms(17, 128), rms(64, 64),
     rms(1, 512, wdt=F), rms(5, 256, out_dt=B),
     rms(3, 66, lo=(1, 1)), rms(2, 66), rms(4, 100, lo=(0, 2)),
-    # a warp's row held in registers (16 groups of 4 columns a lane), and one past that
+    # a warp a row of 2048 columns (16 groups of 4 a lane), and of 2052
     rms(8, 2048), rms(9, 2052),
     # linear_partial, streaming path: each row block (1, 2, 4, 8, 16), two x chunks, clipped
     # tiles, several column passes, 17 and 64 rows, split-K chunks of x and w, float weights

@@ -279,14 +279,7 @@ __device__ __forceinline__ void et_body_embedding(const EtTileT<W>& row, const E
 // w [E], out [n, E]. Rows spread over the CTA (et_row_groups: one row uses all 8 warps, 8 rows
 // and more a warp each); a thread sums the squares of columns part, part + threads, ...
 // (groups of 4 columns with 16-byte loads when x, w and out allow), the group adds them up,
-// then each thread scales its columns. Where a thread's groups of 4 columns number at most
-// ET_NORM_QUADS, it loads them all at once and keeps them, then loads its w words at once:
-// two rounds of loads a row, however many columns a thread takes (the norms sit on the decode
-// step's critical path); else x is read again for the scaling (an L1 hit). Knob
-// ET_NORM_QUADS: 0 reads x again always.
-#ifndef ET_NORM_QUADS
-#define ET_NORM_QUADS 16
-#endif
+// then each thread scales its columns, reading x again (an L1 hit).
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTileT<W>& w,
                                                  const EtTileT<O>& out, float eps) {
@@ -294,27 +287,13 @@ __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTi
     const EtRowGroups g = et_row_groups(rows);
     const bool quads = et_quads(x) && et_quads(w) && et_quads(out) && x.rank <= 2 &&
                        w.rank == 1 && out.rank <= 2;
-    constexpr int NQ = ET_NORM_QUADS > 0 ? ET_NORM_QUADS : 1;  // (register arrays' size)
-    const bool held = ET_NORM_QUADS > 0 && quads && cols <= 4 * ET_NORM_QUADS * g.threads;
     const int xr = x.rank == 2 ? (int)x.s[0] : 0, orr = out.rank == 2 ? (int)out.s[0] : 0;
     for (int it = 0; it < g.iters; ++it) {
         const int r = it * g.groups + g.group;
         const bool live = r < rows;
-        const X* xp = x.p + r * xr;
-        O* op = out.p + r * orr;
         float ss = 0.f;
-        float4 xv[NQ];
-        if (live && held) {
-#pragma unroll
-            for (int i = 0; i < NQ; ++i) {
-                const int c = 4 * (g.part + i * g.threads);
-                xv[i] = c < cols ? et_load4(xp + c) : float4{0.f, 0.f, 0.f, 0.f};
-            }
-#pragma unroll
-            for (int i = 0; i < NQ; ++i)
-                ss += (xv[i].x * xv[i].x + xv[i].y * xv[i].y) +
-                      (xv[i].z * xv[i].z + xv[i].w * xv[i].w);
-        } else if (live && quads) {
+        if (live && quads) {
+            const X* xp = x.p + r * xr;
 #pragma unroll 4
             for (int c = 4 * g.part; c < cols; c += 4 * g.threads) {
                 const float4 v = et_load4(xp + c);
@@ -327,29 +306,19 @@ __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTi
             }
         }
         const float inv = rsqrtf(et_group_total(ss, g) / (float)cols + eps);
-        auto scaled = [&](float4 v, float4 s) {
-            v.x *= inv * s.x;
-            v.y *= inv * s.y;
-            v.z *= inv * s.z;
-            v.w *= inv * s.w;
-            return v;
-        };
-        if (live && held) {
-            float4 wv[NQ];
-#pragma unroll
-            for (int i = 0; i < NQ; ++i) {
-                const int c = 4 * (g.part + i * g.threads);
-                if (c < cols) wv[i] = et_load4(w.p + c);
-            }
-#pragma unroll
-            for (int i = 0; i < NQ; ++i) {
-                const int c = 4 * (g.part + i * g.threads);
-                if (c < cols) et_store4(op + c, scaled(xv[i], wv[i]));
-            }
-        } else if (live && quads) {
+        if (live && quads) {
+            const X* xp = x.p + r * xr;
+            O* op = out.p + r * orr;
 #pragma unroll 4
-            for (int c = 4 * g.part; c < cols; c += 4 * g.threads)
-                et_store4(op + c, scaled(et_load4(xp + c), et_load4(w.p + c)));
+            for (int c = 4 * g.part; c < cols; c += 4 * g.threads) {
+                float4 v = et_load4(xp + c);
+                const float4 s = et_load4(w.p + c);
+                v.x *= inv * s.x;
+                v.y *= inv * s.y;
+                v.z *= inv * s.z;
+                v.w *= inv * s.w;
+                et_store4(op + c, v);
+            }
         } else if (live) {
             for (int c = g.part; c < cols; c += g.threads)
                 out.p[et_lrc_off(out, 0, r, c)] = et_from_float<O>(
