@@ -33,6 +33,7 @@ KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_
 EARLY_KINDS = ("linear_partial",)
 ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
 ATTN_STREAM_WORDS = (0, 16, 32)  # llm_attention.cuh ET_ATTN_STREAM: words a thread, 16 bytes
+ATTN_STREAM_WORD_BYTES = 16 * 256  # a word of ET_ATTN_STREAM over the 256 threads of a CTA
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
 STAGES = "stages"  # the stage-per-kernel baseline (runtime.cuh ET_STAGE_KERNEL), not a megakernel
 
@@ -50,7 +51,7 @@ def dynamic_smem_bytes(knobs: Mapping[str, int] | None) -> int:
     knobs = knobs or {}
     return int(knobs.get("ET_STAGE_BYTES", 0)) or max(
         int(knobs.get("ET_LINEAR_ASYNC", 0)) * ASYNC_ROUND_BYTES,
-        int(knobs.get("ET_ATTN_STREAM", 0)) * 16 * 256)
+        int(knobs.get("ET_ATTN_STREAM", 0)) * ATTN_STREAM_WORD_BYTES)
 
 
 def stage_bytes(ctas_per_sm: int) -> int:
@@ -292,7 +293,8 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
         raise ValueError(f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: the early weight "
                          "copies go to the ring of ET_LINEAR_ASYNC; set it to 2 or 3")
     stream = knobs.get("ET_ATTN_STREAM", 0)
-    if stream not in ATTN_STREAM_WORDS or stream * 16 * 256 > stage_bytes(ctas_per_sm):
+    room = stage_bytes(ctas_per_sm)
+    if stream not in ATTN_STREAM_WORDS or stream * ATTN_STREAM_WORD_BYTES > room:
         raise ValueError(f"knob ET_ATTN_STREAM={stream}: the attention's KV ring takes "
                          f"{' or '.join(map(str, ATTN_STREAM_WORDS[1:]))} words of 16 bytes "
                          f"a thread (0: none), at most {stage_bytes(ctas_per_sm)} bytes a CTA "
