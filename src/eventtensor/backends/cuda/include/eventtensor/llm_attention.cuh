@@ -350,6 +350,24 @@ struct EtAttn {
 #endif
 static_assert(ET_ATTN_STREAM == 0 || ET_ATTN_STREAM == 16 || ET_ATTN_STREAM == 32,
               "ET_ATTN_STREAM takes 0 (registers), 16 or 32 words a thread");
+// Key j's value row x (word of V floats) into a lane's outputs o (GP heads) and sums z, with
+// weights p[g] = exp2(S[j * GP + g] - m[g]); nothing where !in or g >= G.
+template <int GP, int V>
+__device__ __forceinline__ void et_attend_value(const float* S, int j, bool in, int G,
+                                                const float (&m)[GP], const float (&x)[V],
+                                                float (&z)[GP], float (&o)[GP * V]) {
+    float p[GP];
+#pragma unroll
+    for (int g = 0; g < GP; ++g) {
+        p[g] = in && g < G ? exp2f(S[j * GP + g] - m[g]) : 0.f;
+        z[g] += p[g];
+    }
+#pragma unroll
+    for (int g = 0; g < GP; ++g)
+#pragma unroll
+        for (int e = 0; e < V; ++e) o[g * V + e] += p[g] * x[e];
+}
+
 template <int GP, typename C, typename O>
 __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     constexpr int V = 16 / (int)sizeof(C), KB = 32 / V, KC = 4;  // KB: a 64-key chunk of D = 128
@@ -369,38 +387,42 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * kstep;
-            if (kok && j < a.past)
-                dst[b] = reinterpret_cast<const EtWord16*>(a.k + j * a.rk)[wq];
+            dst[b] = kok && j < a.past ? reinterpret_cast<const EtWord16*>(a.k + j * a.rk)[wq]
+                                       : EtWord16{};
         }
     };
     auto load_v = [&](EtWord16 (&dst)[KB], int j0) {
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * KS;
-            if (vok && j < a.past)
-                dst[b] = reinterpret_cast<const EtWord16*>(a.v + j * a.rv)[vw];
+            dst[b] = vok && j < a.past ? reinterpret_cast<const EtWord16*>(a.v + j * a.rv)[vw]
+                                       : EtWord16{};
         }
     };
+    // the passes over the cache rows (the new row, if any, comes after them)
+    const int pk = (a.past + KB * kstep - 1) / (KB * kstep);
+    const int pv = (a.past + KB * KS - 1) / (KB * KS);
     // the stream: group i is key pass i (i < pk) or value pass i - pk, in ring slot i % NG
     constexpr int NG = ET_ATTN_STREAM / KB > 1 ? ET_ATTN_STREAM / KB : 2;
-    const int pk = (a.keys + KB * kstep - 1) / (KB * kstep);
-    const int pv = (a.keys + KB * KS - 1) / (KB * KS);
     const unsigned long long policy = ET_ATTN_STREAM ? et_async_policy<false>() : 0ull;
     auto slot = [&](int i) { return et_async_ring() + (i % NG) * KB * 256 + (int)threadIdx.x; };
+    // a thread's first key and value words, and the elements between its consecutive rows
+    const C* const k0 = a.k + rg * a.rk + wq * V;
+    const C* const v0 = a.v + ks * a.rv + vw * V;
+    const int kst = kstep * a.rk, vst = KS * a.rv;
     auto issue = [&](int i) {  // group i's copies, as one cp.async group (empty past the last)
         EtWord16* s = slot(i);
+        const bool key = i < pk;
+        const int g = key ? i : i - pk, js = key ? kstep : KS, st = key ? kst : vst;
+        const int j0 = (key ? rg : ks) + g * KB * js;
+        const C* const src = (key ? k0 : v0) + g * KB * st;
+        const bool ok = key ? kok : vok;
+        if (i < pk + pv)
 #pragma unroll
-        for (int b = 0; b < KB; ++b) {
-            if (i < pk) {
-                const int j = rg + (i * KB + b) * kstep;
-                if (kok && j < a.past)
-                    et_async_word(s + b * 256, a.k + j * a.rk + wq * V, 16, policy);
-            } else if (i < pk + pv) {
-                const int j = ks + ((i - pk) * KB + b) * KS;
-                if (vok && j < a.past)
-                    et_async_word(s + b * 256, a.v + j * a.rv + vw * V, 16, policy);
+            for (int b = 0; b < KB; ++b) {
+                const bool in = ok && j0 + b * js < a.past;  // else zeros, nothing read
+                et_async_word(s + b * 256, in ? src + b * st : a.k, in ? 16 : 0, policy);
             }
-        }
         et_async_commit();
     };
     auto take = [&](EtWord16 (&dst)[KB], int i) {  // group i, once its copies landed
@@ -434,13 +456,8 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
             float acc[KC * GP];
 #pragma unroll
             for (int b = 0; b < KC; ++b) {
-                const int j = j0 + (h + b) * kstep;
                 float x[V];
-                if (kok && j < a.past) et_word_floats<C>(kraw[h + b], x);
-                else if (kok && j < a.keys) et_load_floats(a.k_new + wq * V, x, V);
-                else
-#pragma unroll
-                    for (int e = 0; e < V; ++e) x[e] = 0.f;
+                et_word_floats<C>(kraw[h + b], x);  // zeros past the cache rows
 #pragma unroll
                 for (int g = 0; g < GP; ++g) {
                     float d = 0.f;
@@ -455,8 +472,24 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
             for (int i = 0; i < KC * GP / 4; ++i) {  // count <= KC * GP / 4 (L >= 4)
                 if (i == sl.count) break;
                 const int f = sl.first + i, g = f % GP, j = j0 + (h + f / GP) * kstep;
-                if (sl.owner && g < a.G && j < a.keys) S[j * GP + g] = acc[i] * scale;
+                if (sl.owner && g < a.G && j < a.past) S[j * GP + g] = acc[i] * scale;
             }
+        }
+    }
+    const bool fresh = a.keys > a.past;  // the new row is key `past`
+    if (fresh && warp == 0) {  // its scores: warp 0, each group of L lanes the whole row
+        float x[V];
+        if (kok) et_load_floats(a.k_new + wq * V, x, V);
+        else
+#pragma unroll
+            for (int e = 0; e < V; ++e) x[e] = 0.f;
+#pragma unroll
+        for (int g = 0; g < GP; ++g) {
+            float d = 0.f;
+#pragma unroll
+            for (int e = 0; e < V; ++e) d += qr[g][e] * x[e];
+            d = et_group_sum(d, 1 << lgl);
+            if (lane == g && g < a.G) S[a.past * GP + g] = d * scale;
         }
     }
     __syncthreads();
@@ -478,26 +511,15 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * KS;
-            if (j >= a.keys) continue;
-            float x[V], p[GP];
-            if (!vok) {
-#pragma unroll
-                for (int e = 0; e < V; ++e) x[e] = 0.f;
-            } else if (j < a.past) {
-                et_word_floats<C>(vraw[b], x);
-            } else {
-                et_load_floats(a.v_new + vw * V, x, V);
-            }
-#pragma unroll
-            for (int g = 0; g < GP; ++g) {
-                p[g] = g < a.G ? exp2f(S[j * GP + g] - m[g]) : 0.f;
-                z[g] += p[g];
-            }
-#pragma unroll
-            for (int g = 0; g < GP; ++g)
-#pragma unroll
-                for (int e = 0; e < V; ++e) o[g * V + e] += p[g] * x[e];
+            float x[V];
+            et_word_floats<C>(vraw[b], x);  // zeros past the cache rows
+            et_attend_value<GP, V>(S, j, j < a.past, a.G, m, x, z, o);
         }
+    }
+    if (fresh && ks == 0 && vok) {  // the new row's value: one lane of each word
+        float x[V];
+        et_load_floats(a.v_new + vw * V, x, V);
+        et_attend_value<GP, V>(S, a.past, true, a.G, m, x, z, o);
     }
     __syncthreads();  // the last read of S
     for (int bit = lgw; bit < 5; ++bit)
@@ -521,8 +543,8 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     }
 }
 
-// The tiles of an attention task, for the generic path: a copy made where that path is taken
-// (the body's own tiles then stay in registers on the fast path).
+// The tiles of an attention task, for the generic path: a copy made field by field where that
+// path is taken (et_copy_tile), so that the body's own tiles stay in registers on the fast path.
 template <typename X, typename C, typename O>
 struct EtAttnTiles {
     EtTileT<X> q, kn, vn;
@@ -664,7 +686,10 @@ __device__ __forceinline__ void et_body_decode_attention(
         if constexpr ((ET_ATTN_GROUPS >> 8) & 1)
             if (gp == 8) return et_attention_fast<8>(a);
     }
-    const EtAttnTiles<X, C, O> all = {q, k_new, v_new, k_cache, v_cache, out, lse};
+    EtAttnTiles<X, C, O> all;
+    et_copy_tile(all.q, q), et_copy_tile(all.kn, k_new), et_copy_tile(all.vn, v_new);
+    et_copy_tile(all.kc, k_cache), et_copy_tile(all.vc, v_cache);
+    et_copy_tile(all.out, out), et_copy_tile(all.lse, lse);
     et_attention_generic(all, G, D, past, first, keys);
 }
 
