@@ -11,6 +11,7 @@ import numpy as np
 
 NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32,
                 "int32": np.int32, "int64": np.int64}
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}  # on the GPU
 
 
 def numpy_dtype(name: str) -> type[np.generic]:

@@ -66,6 +66,7 @@ SHIM = r"""
 #include <thread>
 #include <vector>
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __noinline__
 #define __shared__ static

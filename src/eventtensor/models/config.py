@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from ..dtypes import ELEMENT_BYTES
+
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {n: ELEMENT_BYTES[n] for n in ("float32", "bfloat16", "float16")}  # model dtypes
 
 
 class ConfigError(ValueError):

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 
 from ... import sym
+from ...dtypes import ELEMENT_BYTES
 from ...errors import ProgramError
 from ...ir import Edge, EventDecl, Program, Region, TaskGrid, TensorDecl
 from ...maps import Full, Index, IndexMap, Load, Span
@@ -249,17 +250,23 @@ def attention_group(G: int) -> int:
 
 
 def _attention_groups(p: Program) -> list[str]:
-    """The define of llm_attention.cuh's ET_ATTN_GROUPS naming only the fast-path instances
-    (GP 2, 4 or 8 of G query heads per KV head) that the decode_attention grids of `p` use;
-    none without such grids (the header's default then compiles all)."""
-    bits = 0
+    """The defines of llm_attention.cuh's ET_ATTN_GROUPS and ET_ATTN_WORDS naming only the
+    fast-path instances that the decode_attention grids of `p` use: GP 2, 4 or 8 of G query
+    heads per KV head, and W words of 16 bytes per cache row; none without such grids (the
+    header's defaults then compile the common ones)."""
+    groups = words = 0
     for grid in p.grids:
         if grid.kind != "decode_attention":
             continue
         q, cache = (p.tensor(str(grid.param_dict[n])) for n in ("q", "k_cache"))
-        G = q.shape[-1].value // cache.shape[-1].value // int(grid.param_dict["kv_heads"])
-        bits |= 1 << attention_group(G)
-    return [f"#define ET_ATTN_GROUPS {bits}"] if bits else []
+        D = cache.shape[-1].value
+        G = q.shape[-1].value // D // int(grid.param_dict["kv_heads"])
+        groups |= 1 << attention_group(G)
+        W, rest = divmod(D * ELEMENT_BYTES[cache.dtype], 16)
+        if not rest and 4 <= W <= 32:
+            words |= 1 << W
+    return ([f"#define ET_ATTN_GROUPS {groups}"] if groups else []) + \
+           ([f"#define ET_ATTN_WORDS {words}ull"] if words else [])
 
 
 def generate(p: Program, mode: str, ctas_per_sm: int = 1,

@@ -11,7 +11,10 @@
 
 __device__ __forceinline__ float et_neg_inf() { return __uint_as_float(0xff800000u); }
 
-// The smallest lg with 2^lg >= x (x >= 1).
+// The smallest lg with 2^lg >= x (x >= 1), at compile time.
+__host__ __device__ constexpr int et_lg_ceil(int x) { return x <= 1 ? 0 : 1 + et_lg_ceil((x + 1) / 2); }
+
+// The same at run time.
 __device__ __forceinline__ int et_log2_ceil(int x) {
     int lg = 0;
     while ((1 << lg) < x) ++lg;
@@ -368,18 +371,18 @@ __device__ __forceinline__ void et_attend_value(const float* S, int j, bool in, 
         for (int e = 0; e < V; ++e) o[g * V + e] += p[g] * x[e];
 }
 
-template <int GP, typename C, typename O>
+template <int GP, int W, typename C, typename O>
 __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     constexpr int V = 16 / (int)sizeof(C), KB = 32 / V, KC = 4;  // KB: a 64-key chunk of D = 128
-    const int W = a.D / V, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int warps = blockDim.x >> 5;
+    constexpr int warps = 8;  // 256 threads
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* S = et_llm_smem();
     // the score mapping
-    const int lgl = et_log2_ceil(W), wq = lane & ((1 << lgl) - 1), rg = threadIdx.x >> lgl;
-    const int kstep = (int)blockDim.x >> lgl;
+    constexpr int lgl = et_lg_ceil(W), kstep = 256 >> lgl;
+    const int wq = lane & ((1 << lgl) - 1), rg = threadIdx.x >> lgl;
     const bool kok = wq < W;
     // the value mapping
-    const int lgw = et_log2_ceil((W + warps - 1) / warps), lgs = 5 - lgw, KS = 1 << lgs;
+    constexpr int lgw = et_lg_ceil((W + warps - 1) / warps), lgs = 5 - lgw, KS = 1 << lgs;
     const int ks = lane >> lgw, vw = (warp << lgw) + (lane & ((1 << lgw) - 1));
     const bool vok = vw < W;
     EtWord16 kraw[KB], vraw[KB];
@@ -628,11 +631,27 @@ __device__ __noinline__ void et_attention_generic(const EtAttnTiles<X, C, O>& a,
     __syncthreads();
 }
 
-// The fast-path instances compiled: bit gp set for GP = gp (2, 4, 8); a kernel whose attention
-// tiles all have one group size defines only its bit (each instance is seconds of compile).
+// The fast-path instances compiled: bit gp of ET_ATTN_GROUPS set for GP = gp (2, 4, 8), bit w of
+// ET_ATTN_WORDS for W = w words a row (4 to 32); a kernel defines only the bits its attention
+// tiles use (each instance is seconds of compile).
 #ifndef ET_ATTN_GROUPS
 #define ET_ATTN_GROUPS ((1 << 2) | (1 << 4) | (1 << 8))
 #endif
+#ifndef ET_ATTN_WORDS
+#define ET_ATTN_WORDS ((1ull << 4) | (1ull << 8) | (1ull << 16) | (1ull << 32))
+#endif
+
+// et_attention_fast<GP, w>(a) where ET_ATTN_WORDS has an instance for w words a row; false
+// where it has none.
+template <int GP, int W = 4, typename C, typename O>
+__device__ __forceinline__ bool et_attention_fast_words(const EtAttn<C, O>& a, int w) {
+    if constexpr (W <= 32) {
+        if constexpr ((ET_ATTN_WORDS >> W) & 1)
+            if (w == W) return et_attention_fast<GP, W>(a), true;
+        return et_attention_fast_words<GP, W + 1>(a, w);
+    }
+    return false;
+}
 
 // decode_attention: tile t = (b*chunks + c)*kv_heads + h of token b, KV chunk c (positions
 // start = chunk*c ..), KV head h: the G query heads q [1, G*D] of the token at position
@@ -680,11 +699,11 @@ __device__ __forceinline__ void et_body_decode_attention(
                                 out.rank == 4 ? (int)out.s[1] : D * od, od, (int)lse.s[1], G,
                                 D, past, keys};
         if constexpr ((ET_ATTN_GROUPS >> 2) & 1)
-            if (gp == 2) return et_attention_fast<2>(a);
+            if (gp == 2 && et_attention_fast_words<2>(a, D / V)) return;
         if constexpr ((ET_ATTN_GROUPS >> 4) & 1)
-            if (gp == 4) return et_attention_fast<4>(a);
+            if (gp == 4 && et_attention_fast_words<4>(a, D / V)) return;
         if constexpr ((ET_ATTN_GROUPS >> 8) & 1)
-            if (gp == 8) return et_attention_fast<8>(a);
+            if (gp == 8 && et_attention_fast_words<8>(a, D / V)) return;
     }
     EtAttnTiles<X, C, O> all;
     et_copy_tile(all.q, q), et_copy_tile(all.kn, k_new), et_copy_tile(all.vn, v_new);
