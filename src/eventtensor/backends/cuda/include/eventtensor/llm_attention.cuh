@@ -327,7 +327,10 @@ struct EtAttn {
 };
 
 // decode_attention, fast path: G <= GP heads (GP 2, 4 or 8), 4 <= W = D / V <= 32 words per
-// row (V elements of 16 bytes), keys * GP floats of et_llm_smem, 256 threads.
+// row (V elements of 16 bytes; GP and W template arguments), keys * GP floats of et_llm_smem,
+// 256 threads. The passes below take the `past` cache rows only (words past them read as
+// zeros); the new row, if the chunk holds it, is key `past`: its scores from warp 0 after the
+// key passes, its value from lane ks = 0 of each word after the value passes.
 // Scores: a group of L = 2^ceil(log2 W) lanes per key row, lane wq holding word wq of q's GP
 // heads (GP * V floats); row group rg (CTA thread >> log2 L) takes keys rg, rg + groups, ...,
 // KB = 32 / V keys at a time (one 16-byte load each, all in flight); the KC * GP partial dot
