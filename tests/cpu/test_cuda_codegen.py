@@ -342,6 +342,26 @@ def test_attention_stream_takes_the_dynamic_shared_memory():
         generate(p, "static", knobs={"ET_ATTN_STREAM": 16, "ET_STAGE_BYTES": 16384})
 
 
+def test_mma_ring_takes_the_dynamic_shared_memory():
+    """ET_LINEAR_MMA_RING takes 2 to 4 blocks of 16 KB of dynamic shared memory, shared with
+    the other rings (the largest of them), where the CTAs of an SM leave room, and not beside
+    the stage ring."""
+    assert dynamic_smem_bytes({"ET_LINEAR_MMA_RING": 3}) == 3 * 16384
+    assert dynamic_smem_bytes({"ET_LINEAR_MMA_RING": 4, "ET_ATTN_STREAM": 16}) == 65536
+    assert dynamic_smem_bytes({"ET_LINEAR_MMA_RING": 2, "ET_LINEAR_ASYNC": 2}) == 2 * 65536
+    p = program_for("symbolic_batch", "static")
+    assert "#define ET_LINEAR_MMA_RING 4" in generate(p, "static",
+                                                      knobs={"ET_LINEAR_MMA_RING": 4})
+    with pytest.raises(ValueError, match="knob ET_LINEAR_MMA_RING=1: the tensor-core linear's "
+                                         "ring takes 2, 3 or 4 blocks of 16384 bytes"):
+        generate(p, "static", knobs={"ET_LINEAR_MMA_RING": 1})
+    with pytest.raises(ValueError, match=r"knob ET_LINEAR_MMA_RING=4: .* at most 48128 bytes "
+                                         r"a CTA with 3 CTA\(s\) per SM"):
+        generate(p, "static", 3, knobs={"ET_LINEAR_MMA_RING": 4})
+    with pytest.raises(ValueError, match="ET_STAGE_BYTES=16384 and ET_LINEAR_MMA_RING=2 both"):
+        generate(p, "static", knobs={"ET_LINEAR_MMA_RING": 2, "ET_STAGE_BYTES": 16384})
+
+
 def test_input_tiles_are_staged_and_read_from_the_stage_ring():
     """gemm2_partial hands its W2 tile (an input), not its Y1 tile (written by a task), to the
     stager, and reads W2 through et_staged."""

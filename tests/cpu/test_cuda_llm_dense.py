@@ -529,6 +529,21 @@ def test_mma_x_rounded_to_bf16_matches_reference(mma_lo0_results, i):
     check_outputs(*mma_lo0_results[i])
 
 
+# et_linear_mma with its weight words through the thread's ring of blocks in shared memory
+# (ET_LINEAR_MMA_RING 2 and 4: k of 1 to 16 blocks, chunks cut short, clipped rows and
+# column tiles, more columns than a pass takes)
+@pytest.fixture(scope="module", params=[2, 4], ids=["ring2", "ring4"])
+def mma_ring_results(request, tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp(f"mma_ring{request.param}"), MMA_CASES,
+                     PRELUDE + f"#define ET_LINEAR_MMA_RING {request.param}\n")
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(MMA_CASES)), ids=[case_id(c) for c in MMA_CASES])
+def test_mma_ring_matches_reference(mma_ring_results, i):
+    check_outputs(*mma_ring_results[i])
+
+
 # the CUDA-core linear paths with ET_LINEAR_CORE_ROWS 2: more rows in blocks of 2 and 1
 CORE_CASES = [c for c in CASES if c.kind in ("linear_partial", "norm_linear_partial")
               and not c.mma and not c.staged]
@@ -637,7 +652,9 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")
 @pytest.mark.parametrize("defines, spill", [([], 0), (["-DET_WEIGHTS_EVICT_FIRST=1"], 8),
-                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8"], 32)])
+                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8"], 32),
+                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
+                                              "-DET_LINEAR_MMA_RING=4"], 32)])
 def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
     spills registers; with weights loaded evict-first (an opt-in knob), at most 8 bytes in

@@ -28,11 +28,12 @@ GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
          "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
          "ET_PREFETCH_OWN", "ET_LINEAR_MMA", "ET_LINEAR_MMA_LO", "ET_LINEAR_CORE_ROWS",
-         "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY", "ET_ATTN_STREAM")
+         "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY", "ET_LINEAR_MMA_RING", "ET_ATTN_STREAM")
 # task kinds with an early part, run before their waits where ET_LINEAR_EARLY is set
 # (llm_dense.cuh et_early_<kind>, the body's arguments)
 EARLY_KINDS = ("linear_partial",)
 ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
+MMA_RING_BLOCK_BYTES = 16384  # llm_dense.cuh ET_MMA_RING_BLOCK_BYTES: one block, a CTA
 ATTN_STREAM_WORDS = (0, 16, 32)  # llm_attention.cuh ET_ATTN_STREAM: words a thread, 16 bytes
 ATTN_STREAM_WORD_BYTES = 16 * 256  # a word of ET_ATTN_STREAM over the 256 threads of a CTA
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
@@ -46,12 +47,14 @@ STATIC_SMEM_BOUND = 28 * 1024  # a megakernel's static shared memory, at most (r
 
 def dynamic_smem_bytes(knobs: Mapping[str, int] | None) -> int:
     """The dynamic shared memory a CTA of a kernel with these knobs takes: the stage ring
-    (ET_STAGE_BYTES), or the larger of the one-row linear's rounds of weight words
-    (ET_LINEAR_ASYNC) and the attention's ring of KV words (ET_ATTN_STREAM), which share it
-    (a CTA runs one body at a time)."""
+    (ET_STAGE_BYTES), or the largest of the one-row linear's rounds of weight words
+    (ET_LINEAR_ASYNC), the tensor-core linear's ring of weight blocks (ET_LINEAR_MMA_RING)
+    and the attention's ring of KV words (ET_ATTN_STREAM), which share it (a CTA runs one
+    body at a time)."""
     knobs = knobs or {}
     return int(knobs.get("ET_STAGE_BYTES", 0)) or max(
         int(knobs.get("ET_LINEAR_ASYNC", 0)) * ASYNC_ROUND_BYTES,
+        int(knobs.get("ET_LINEAR_MMA_RING", 0)) * MMA_RING_BLOCK_BYTES,
         int(knobs.get("ET_ATTN_STREAM", 0)) * ATTN_STREAM_WORD_BYTES)
 
 
@@ -306,7 +309,14 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                          f"{' or '.join(map(str, ATTN_STREAM_WORDS[1:]))} words of 16 bytes "
                          f"a thread (0: none), at most {stage_bytes(ctas_per_sm)} bytes a CTA "
                          f"with {ctas_per_sm} CTA(s) per SM")
-    for other, value in (("ET_LINEAR_ASYNC", rounds), ("ET_ATTN_STREAM", stream)):
+    blocks = knobs.get("ET_LINEAR_MMA_RING", 0)
+    if blocks not in (0, 2, 3, 4) or blocks * MMA_RING_BLOCK_BYTES > room:
+        raise ValueError(f"knob ET_LINEAR_MMA_RING={blocks}: the tensor-core linear's ring "
+                         f"takes 2, 3 or 4 blocks of "
+                         f"{MMA_RING_BLOCK_BYTES} bytes (0: none), at most {room} bytes a CTA "
+                         f"with {ctas_per_sm} CTA(s) per SM")
+    for other, value in (("ET_LINEAR_ASYNC", rounds), ("ET_LINEAR_MMA_RING", blocks),
+                         ("ET_ATTN_STREAM", stream)):
         if value and staging:
             raise ValueError(f"knobs ET_STAGE_BYTES={staging} and {other}={value} both take "
                              "the dynamic shared memory; set one of them")

@@ -832,6 +832,20 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
 #define ET_LINEAR_MMA_LO 1
 #endif
 
+// ET_LINEAR_MMA_RING = D (0: off; 2, 3 or 4): the tensor-core path's weight words through a
+// ring of D blocks in dynamic shared memory (a block: the NT words a thread takes for 32 of
+// k, ET_MMA_RING_BLOCK_BYTES a CTA). Each thread copies its own words with cp.async D - 1
+// blocks ahead of the block its MMAs take and reads back only what it copied (no barrier:
+// its own cp.async groups, one a block), so that D - 1 blocks of weights stay in flight,
+// whatever x's loads and staging wait for. Without it, a chunk's weight words are loaded into
+// registers a chunk ahead, issued only once the chunk before has staged its x.
+#ifndef ET_LINEAR_MMA_RING
+#define ET_LINEAR_MMA_RING 0
+#endif
+#define ET_MMA_RING_BLOCK_BYTES 16384  // NT (4) words x 256 threads x 16 bytes
+static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_MMA_RING <= 4),
+              "ET_LINEAR_MMA_RING takes 0 (off) or 2 to 4 blocks");
+
 // The A fragments of one m16n8k16 MMA, lane by lane: x's bf16 hi parts and what they leave.
 struct EtFragHL {
     EtWord16 hi, lo;
@@ -848,7 +862,8 @@ struct EtFragHL {
 // 8q + 4 .. 8q + 7: the MMA's k index kk stands for the block's k 8q + 4h + 2 (kk / 8) +
 // kk % 2 (q = kk % 8 / 2) in both operands, so A's registers are the float4 of x rows g,
 // g + 8 at k 8q + 4h (hi, and lo unless ET_LINEAR_MMA_LO is 0). While a chunk's MMAs run,
-// each thread holds the next chunk's weight words and x floats in registers. Accumulators
+// each thread holds the next chunk's x floats in registers, and its weight words there too
+// or, with ET_LINEAR_MMA_RING, the next blocks' in the ring. Accumulators
 // in float; k a multiple of 32, x rows 16-byte aligned with unit column stride, w's rows
 // whole words. Barriers: two a chunk (uniform: chunks depend on k, passes on the columns).
 template <int MT, typename O>
@@ -856,6 +871,9 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                                            EtLinear g) {
     constexpr bool HINT = ET_WEIGHTS_EVICT_FIRST;
     constexpr int NT = 4, KB = MT == 1 ? 4 : 2;  // tiles a warp; blocks a chunk
+    constexpr int RING = ET_LINEAR_MMA_RING;
+    static_assert(NT * 256 * 16 == ET_MMA_RING_BLOCK_BYTES, "a ring block: NT words a thread");
+    const unsigned long long policy = RING > 0 ? et_async_policy<HINT>() : 0ull;
     constexpr int FRAGS = KB * 2 * MT * 32, PER = FRAGS / 256;  // of a chunk; a thread's
     static_assert(FRAGS * (int)sizeof(EtFragHL) <= ET_LLM_SMEM_BYTES && FRAGS % 256 == 0,
                   "a chunk's fragments fill et_llm_smem in whole rounds of the CTA");
@@ -909,41 +927,70 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                                       ? et_load_weight_word<HINT>(wr[t] + kb) : EtWord16{};
                 }
         };
+        // ET_LINEAR_MMA_RING: block n's word t of this thread in ring slot n % RING
+        auto ring_word = [&](int n, int t) {
+            return et_async_ring() + ((n % RING) * NT + t) * 256 + (int)threadIdx.x;
+        };
+        auto copy_block = [&](int n) {  // block n in flight, one group (empty past k)
+#pragma unroll
+            for (int t = 0; t < NT; ++t)
+                if (tile[t] && 32 * n < g.k)
+                    et_async_word(ring_word(n, t), live[t] ? wr[t] + 32 * n : w,
+                                  live[t] ? 16 : 0, policy);
+            et_async_commit();
+        };
         float acc[MT][NT][4] = {};
+        auto mma_block = [&](const EtWord16 (&words)[NT], int b) {  // block b of the chunk
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    const EtFragHL& f = frag[((b * 2 + h) * MT + mt) * 32 + lane];
+                    const EtWord16 ah = f.hi, al = ET_LINEAR_MMA_LO ? f.lo : EtWord16{};
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) {
+                        if (!tile[t]) continue;
+                        const unsigned bw[2] = {words[t].u[2 * h], words[t].u[2 * h + 1]};
+                        et_mma_bf16(acc[mt][t], ah.u, bw);
+                        if constexpr (ET_LINEAR_MMA_LO) et_mma_bf16(acc[mt][t], al.u, bw);
+                    }
+                }
+        };
         EtWord16 cur[KB][NT], nxt[KB][NT] = {};
-        load_w(cur, 0);
+        if constexpr (RING > 0) {
+            for (int n = 0; n < RING - 1; ++n) copy_block(n);
+        } else {
+            load_w(cur, 0);
+        }
         load_x(0);
 #pragma unroll 1
         for (int c = 0; c < chunks; ++c) {
             __syncthreads();  // every warp done with the fragments of the chunk before
             stage_x();
             __syncthreads();
-            if (c + 1 < chunks) {  // the next chunk's words in flight during these MMAs
-                load_w(nxt, c + 1);
+            if (c + 1 < chunks) {  // the next chunk's x (and words) in flight during these MMAs
+                if constexpr (RING == 0) load_w(nxt, c + 1);
                 load_x(c + 1);
             }
 #pragma unroll
             for (int b = 0; b < KB; ++b) {
-                if (32 * (KB * c + b) >= g.k) break;  // (uniform) the last chunk's end
+                const int n = KB * c + b;
+                if (32 * n >= g.k) break;  // (uniform) the last chunk's end
+                if constexpr (RING > 0) {
+                    // into the slot of block n - 1, whose words its MMAs have taken
+                    copy_block(n + RING - 1);
+                    et_async_wait<RING - 1>();
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        const EtFragHL& f = frag[((b * 2 + h) * MT + mt) * 32 + lane];
-                        const EtWord16 ah = f.hi, al = ET_LINEAR_MMA_LO ? f.lo : EtWord16{};
-#pragma unroll
-                        for (int t = 0; t < NT; ++t) {
-                            if (!tile[t]) continue;
-                            const unsigned bw[2] = {cur[b][t].u[2 * h], cur[b][t].u[2 * h + 1]};
-                            et_mma_bf16(acc[mt][t], ah.u, bw);
-                            if constexpr (ET_LINEAR_MMA_LO) et_mma_bf16(acc[mt][t], al.u, bw);
-                        }
-                    }
+                    for (int t = 0; t < NT; ++t)
+                        if (tile[t]) cur[b][t] = *ring_word(n, t);
+                }
+                mma_block(cur[b], b);
             }
+            if constexpr (RING == 0)
 #pragma unroll
-            for (int b = 0; b < KB; ++b)
+                for (int b = 0; b < KB; ++b)
 #pragma unroll
-                for (int t = 0; t < NT; ++t) cur[b][t] = nxt[b][t];
+                    for (int t = 0; t < NT; ++t) cur[b][t] = nxt[b][t];
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
