@@ -956,7 +956,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                     }
                 }
         };
-        EtWord16 cur[KB][NT], nxt[KB][NT] = {};
+        EtWord16 cur[RING > 0 ? 1 : KB][NT], nxt[RING > 0 ? 1 : KB][NT] = {};  // no ring
         if constexpr (RING > 0) {
             for (int n = 0; n < RING - 1; ++n) copy_block(n);
         } else {
@@ -976,15 +976,19 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             for (int b = 0; b < KB; ++b) {
                 const int n = KB * c + b;
                 if (32 * n >= g.k) break;  // (uniform) the last chunk's end
+                EtWord16 words[NT];
                 if constexpr (RING > 0) {
                     // into the slot of block n - 1, whose words its MMAs have taken
                     copy_block(n + RING - 1);
                     et_async_wait<RING - 1>();
 #pragma unroll
                     for (int t = 0; t < NT; ++t)
-                        if (tile[t]) cur[b][t] = *ring_word(n, t);
+                        words[t] = tile[t] ? *ring_word(n, t) : EtWord16{};
+                } else {
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) words[t] = cur[b][t];
                 }
-                mma_block(cur[b], b);
+                mma_block(words, b);
             }
             if constexpr (RING == 0)
 #pragma unroll
