@@ -75,7 +75,7 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # attention bodies summed over the CTAs 263 to 163 ms at B = 64; 32 words: 2.605 / 4.497 /
 # 8.497 ms (benchmarks/results/attention/decode_attn_stream.md).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
-                "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16}
+                "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16, "ET_LINEAR_MMA_RING": 4}
 
 
 def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
@@ -86,6 +86,7 @@ def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
     if (knobs or {}).get("ET_STAGE_BYTES"):
         merged.pop("ET_WEIGHTS_EVICT_FIRST")
         merged.pop("ET_ATTN_STREAM")
+        merged.pop("ET_LINEAR_MMA_RING")
     return {**merged, **(knobs or {})}
 
 
