@@ -120,15 +120,17 @@ def test_decode_kernel_with_folded_norms_compiles():
 
 def test_decode_sessions_default_knobs_compile():
     """The decode session's knobs (decode_knobs: no next-task L2 prefetch, evict-first
-    weights, tensor cores from 8 rows and CUDA-core passes of up to 8 rows, the attention's
-    KV stream; the ring without evict-first weights and the KV stream, caller knobs on top)
-    make a kernel that compiles and differs from the device library's defaults."""
+    weights, tensor cores from 8 rows with their weights through the ring of blocks and
+    CUDA-core passes of up to 8 rows, the attention's KV stream; the stage ring without
+    evict-first weights and the two rings, caller knobs on top) make a kernel that compiles
+    and differs from the device library's defaults."""
     from eventtensor.models.gpu_decode import DECODE_KNOBS, decode_knobs
     assert decode_knobs(None) == DECODE_KNOBS == {"ET_PREFETCH_NEXT": 0,
                                                   "ET_WEIGHTS_EVICT_FIRST": 1,
                                                   "ET_LINEAR_MMA": 8,
                                                   "ET_LINEAR_CORE_ROWS": 8,
-                                                  "ET_ATTN_STREAM": 16}
+                                                  "ET_ATTN_STREAM": 16,
+                                                  "ET_LINEAR_MMA_RING": 4}
     assert decode_knobs({"ET_STAGE_BYTES": 4096}) == {"ET_PREFETCH_NEXT": 0,
                                                       "ET_LINEAR_MMA": 8,
                                                       "ET_LINEAR_CORE_ROWS": 8,
@@ -138,21 +140,24 @@ def test_decode_sessions_default_knobs_compile():
     src = generate(p, "static", knobs=decode_knobs(None))
     assert "#define ET_PREFETCH_NEXT 0" in src and "#define ET_WEIGHTS_EVICT_FIRST 1" in src
     assert "#define ET_LINEAR_MMA 8" in src and "#define ET_LINEAR_CORE_ROWS 8" in src
-    assert "#define ET_ATTN_STREAM 16" in src
+    assert "#define ET_ATTN_STREAM 16" in src and "#define ET_LINEAR_MMA_RING 4" in src
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 
 @pytest.mark.parametrize("knobs", [{"ET_PREFETCH_BYTES": 262144}, {"ET_STAGE_BYTES": 131072},
                                    {"ET_PREFETCH_NEXT": 0, "ET_PREFETCH_OWN": 1},
                                    {"ET_LINEAR_MMA": 8}, {"ET_LINEAR_ASYNC": 3},
-                                   {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1}])
+                                   {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1},
+                                   {"ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_RING": 4,
+                                    "ET_LINEAR_EARLY": 1}])
 def test_decode_kernel_with_weight_prefetch_compiles(knobs):
     """With the prefetch window (the weight tiles of the tasks ahead go to L2 from the static
     walker), the stage ring (they are copied into shared memory ahead of their tasks), a
     task's own tiles prefetched while it waits, linears of 8 rows and more on tensor cores,
-    or one-row linears' weight words through rounds in shared memory (their first rounds
-    issued before the task's waits, too), the decode kernel compiles and differs from the
-    default one."""
+    one-row linears' weight words through rounds in shared memory (their first rounds
+    issued before the task's waits, too), or the tensor-core linears' through the ring of
+    blocks with the first blocks issued before the waits, the decode kernel compiles and
+    differs from the default one."""
     _, p = decode_program("tiny-llama", layers=2)
     plain = compile_source(generate(p, "static"), kernel_name(p, "static"))
     src = generate(p, "static", knobs=knobs)
@@ -165,7 +170,8 @@ def test_decode_kernel_with_weight_prefetch_compiles(knobs):
 def test_early_linear_parts_only_in_static_kernels_with_the_ring():
     """ET_LINEAR_EARLY: the decode program's linear_partial grids get an early part (their
     tile views, et_early_linear_partial) in static and unfused kernels; the other grids and
-    the dynamic kernel none; without ET_LINEAR_ASYNC's ring the knob is refused."""
+    the dynamic kernel none; without ET_LINEAR_ASYNC's or ET_LINEAR_MMA_RING's ring the knob
+    is refused."""
     _, p = decode_program("tiny-llama", layers=1)
     knobs = {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}
     src = generate(p, "static", knobs=knobs)
@@ -176,8 +182,10 @@ def test_early_linear_parts_only_in_static_kernels_with_the_ring():
     assert src.count("et_early_linear_partial(t0, t1, t2);") >= 2
     assert "et_early_task" not in generate(p, "static", knobs={"ET_LINEAR_ASYNC": 2})
     assert "et_early_task" not in generate(p, "dynamic", knobs=knobs)
+    ring = generate(p, "static", knobs={"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_EARLY": 1})
+    assert ring.count("et_early_linear_partial(t0, t1, t2);") >= 2
     with pytest.raises(ValueError, match="knob ET_LINEAR_EARLY=1: the early weight copies go "
-                                         "to the ring of ET_LINEAR_ASYNC"):
+                                         "to the ring of ET_LINEAR_ASYNC or ET_LINEAR_MMA_RING"):
         generate(p, "static", knobs={"ET_LINEAR_EARLY": 1})
 
 

@@ -415,7 +415,7 @@ EARLY_RUN = """
     std::atomic<int> bad_{{0}};
     et_run_cta([&] {{
         et_early_{kind}({call});
-        if (et_async_early() != ET_LINEAR_ASYNC - 1) ++bad_;
+        if (et_async_early() != {expect}) ++bad_;
         et_body_{kind}({call});
         if (et_async_early() != 0) ++bad_;
     }});
@@ -426,10 +426,11 @@ EARLY_RUN = """
     }}"""
 
 
-def run_cases(tmp, all_cases, prelude=PRELUDE, early=False):
+def run_cases(tmp, all_cases, prelude=PRELUDE, early=0):
     """Each case's body on the host emulation (compiled with `prelude`): per case, its out
     tensors by role and its expectations (reference and tolerance by role). With `early`
-    (one out tensor a case), each runs as EARLY_RUN."""
+    (one out tensor a case), each runs as EARLY_RUN, its early part counting that many
+    copies ahead."""
     rng = np.random.default_rng(11)
     layout, blocks, cases = Layout(), [], []
     for i, case in enumerate(all_cases):
@@ -450,7 +451,7 @@ def run_cases(tmp, all_cases, prelude=PRELUDE, early=False):
             (role, t), = case.outs.items()
             size = int(np.prod(t.shape)) * (2 if t.dtype == B else 4)
             lines.append(EARLY_RUN.format(at=outs[role], size=size, kind=case.kind, call=call,
-                                          i=i))
+                                          i=i, expect=early))
         else:
             lines.append(f"    et_run_cta([&] {{ et_body_{case.kind}({call}); }});")
         lines.append("}")
@@ -544,6 +545,28 @@ def test_mma_ring_matches_reference(mma_ring_results, i):
     check_outputs(*mma_ring_results[i])
 
 
+# the same with the first ring blocks issued before the task's waits (ET_LINEAR_EARLY), for
+# the cases the tensor-core path takes (8 rows or more, float x, k a multiple of 32)
+EARLY_MMA_CASES = [c for c in MMA_CASES if c.ins["x"].n[0] >= c.mma and c.ins["x"].n[1] % 32 == 0
+                   and c.ins["x"].dtype == F]
+
+
+@pytest.fixture(scope="module")
+def mma_early_results(tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp("mma_early"), EARLY_MMA_CASES,
+                     PRELUDE + "#define ET_LINEAR_MMA_RING 3\n#define ET_LINEAR_EARLY 1\n",
+                     early=2)
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(EARLY_MMA_CASES)),
+                         ids=[case_id(c) for c in EARLY_MMA_CASES])
+def test_mma_early_blocks_match_reference(mma_early_results, i):
+    """The first blocks issued before the task's waits (et_early_linear_partial), the rest
+    by the body: the body's outputs, and the copies counted in EARLY_RUN."""
+    check_outputs(*mma_early_results[i])
+
+
 # the CUDA-core linear paths with ET_LINEAR_CORE_ROWS 2: more rows in blocks of 2 and 1
 CORE_CASES = [c for c in CASES if c.kind in ("linear_partial", "norm_linear_partial")
               and not c.mma and not c.staged]
@@ -584,7 +607,7 @@ def test_linear_async_rounds_match_reference(async_results, i):
 def early_results(request, tmp_path_factory):
     return run_cases(tmp_path_factory.mktemp(f"early{request.param}"), ONE_ROW_CASES,
                      PRELUDE + f"#define ET_LINEAR_ASYNC {request.param}\n"
-                     "#define ET_LINEAR_EARLY 1\n", early=True)
+                     "#define ET_LINEAR_EARLY 1\n", early=request.param - 1)
 
 
 @needs_cxx

@@ -299,9 +299,6 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                          f"rounds of {ASYNC_ROUND_BYTES} bytes in shared memory (0: none), "
                          f"at most {stage_bytes(ctas_per_sm)} bytes with {ctas_per_sm} CTA(s) "
                          "per SM")
-    if knobs.get("ET_LINEAR_EARLY", 0) and not rounds:
-        raise ValueError(f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: the early weight "
-                         "copies go to the ring of ET_LINEAR_ASYNC; set it to 2 or 3")
     stream = knobs.get("ET_ATTN_STREAM", 0)
     room = stage_bytes(ctas_per_sm)
     if stream not in ATTN_STREAM_WORDS or stream * ATTN_STREAM_WORD_BYTES > room:
@@ -315,6 +312,10 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                          f"takes 2, 3 or 4 blocks of "
                          f"{MMA_RING_BLOCK_BYTES} bytes (0: none), at most {room} bytes a CTA "
                          f"with {ctas_per_sm} CTA(s) per SM")
+    if knobs.get("ET_LINEAR_EARLY", 0) and not (rounds or blocks):
+        raise ValueError(f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: the early weight "
+                         "copies go to the ring of ET_LINEAR_ASYNC or ET_LINEAR_MMA_RING; set "
+                         "one of them")
     for other, value in (("ET_LINEAR_ASYNC", rounds), ("ET_LINEAR_MMA_RING", blocks),
                          ("ET_ATTN_STREAM", stream)):
         if value and staging:

@@ -851,6 +851,32 @@ struct EtFragHL {
     EtWord16 hi, lo;
 };
 
+// This thread's word t of block n (32 of k) in the ring of ET_LINEAR_MMA_RING blocks.
+__device__ __forceinline__ EtWord16* et_mma_ring_word(int n, int t) {
+    constexpr int RING = ET_LINEAR_MMA_RING > 0 ? ET_LINEAR_MMA_RING : 1, NT = 4;
+    return et_async_ring() + ((n % RING) * NT + t) * 256 + (int)threadIdx.x;
+}
+
+// Block n of the weight words this thread takes in the pass of et_linear_mma from column p0
+// (its mapping: warp w's tiles of 8 rows from p0 + 8 (w + warps t), t < NT; lane 4 r + q the
+// word of row r at k 32 n + 8 q) into the ring, one cp.async group: zeros for rows past the
+// columns, no copy for tiles past them or a block past k (an empty group).
+__device__ __forceinline__ void et_mma_copy_block(const et_bf16* w, const EtLinear& g, int p0,
+                                                  int n, unsigned long long policy) {
+    constexpr int NT = 4;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int warps = (int)blockDim.x >> 5;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const int c0 = p0 + 8 * (warp + warps * t), j = c0 + (lane >> 2);
+        if (c0 < g.cols && 32 * n < g.k)
+            et_async_word(et_mma_ring_word(n, t),
+                          j < g.cols ? w + (long long)j * g.wr + 32 * n + 8 * (lane & 3) : w,
+                          j < g.cols ? 16 : 0, policy);
+    }
+    et_async_commit();
+}
+
 // linear_partial on tensor cores, rows <= 16 * MT of x. k goes in chunks of KB blocks of 32:
 // the CTA stages a chunk of x once, split into bf16 hi and lo parts already in the MMA's A
 // fragment layout (EtFragHL, lane by lane, in et_llm_smem), so that every warp takes its
@@ -873,6 +899,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     constexpr int NT = 4, KB = MT == 1 ? 4 : 2;  // tiles a warp; blocks a chunk
     constexpr int RING = ET_LINEAR_MMA_RING;
     static_assert(NT * 256 * 16 == ET_MMA_RING_BLOCK_BYTES, "a ring block: NT words a thread");
+    static_assert(RING == 0 || NT == 4, "et_mma_copy_block's mapping: NT = 4");
     const unsigned long long policy = RING > 0 ? et_async_policy<HINT>() : 0ull;
     constexpr int FRAGS = KB * 2 * MT * 32, PER = FRAGS / 256;  // of a chunk; a thread's
     static_assert(FRAGS * (int)sizeof(EtFragHL) <= ET_LLM_SMEM_BYTES && FRAGS % 256 == 0,
@@ -927,18 +954,6 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                                       ? et_load_weight_word<HINT>(wr[t] + kb) : EtWord16{};
                 }
         };
-        // ET_LINEAR_MMA_RING: block n's word t of this thread in ring slot n % RING
-        auto ring_word = [&](int n, int t) {
-            return et_async_ring() + ((n % RING) * NT + t) * 256 + (int)threadIdx.x;
-        };
-        auto copy_block = [&](int n) {  // block n in flight, one group (empty past k)
-#pragma unroll
-            for (int t = 0; t < NT; ++t)
-                if (tile[t] && 32 * n < g.k)
-                    et_async_word(ring_word(n, t), live[t] ? wr[t] + 32 * n : w,
-                                  live[t] ? 16 : 0, policy);
-            et_async_commit();
-        };
         float acc[MT][NT][4] = {};
         auto mma_block = [&](const EtWord16 (&words)[NT], int b) {  // block b of the chunk
 #pragma unroll
@@ -957,8 +972,14 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 }
         };
         EtWord16 cur[RING > 0 ? 1 : KB][NT], nxt[RING > 0 ? 1 : KB][NT] = {};  // no ring
-        if constexpr (RING > 0) {
-            for (int n = 0; n < RING - 1; ++n) copy_block(n);
+        if constexpr (RING > 0) {  // the first RING - 1 blocks (issued early, or now)
+            bool early = false;
+            if constexpr (ET_LINEAR_EARLY) {
+                early = et_async_early() != 0;
+                et_async_early() = 0;
+            }
+            if (!early)
+                for (int n = 0; n < RING - 1; ++n) et_mma_copy_block(w, g, p0, n, policy);
         } else {
             load_w(cur, 0);
         }
@@ -979,11 +1000,11 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 EtWord16 words[NT];
                 if constexpr (RING > 0) {
                     // into the slot of block n - 1, whose words its MMAs have taken
-                    copy_block(n + RING - 1);
+                    et_mma_copy_block(w, g, p0, n + RING - 1, policy);
                     et_async_wait<RING - 1>();
 #pragma unroll
                     for (int t = 0; t < NT; ++t)
-                        words[t] = tile[t] ? *ring_word(n, t) : EtWord16{};
+                        words[t] = tile[t] ? *et_mma_ring_word(n, t) : EtWord16{};
                 } else {
 #pragma unroll
                     for (int t = 0; t < NT; ++t) words[t] = cur[b][t];
@@ -1280,23 +1301,35 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
 }
 
 // The early part of a linear_partial task (knob ET_LINEAR_EARLY, runtime.cuh), all threads,
-// before the task waits on its inputs: where its body will take the one-row streaming path
-// with the ring of rounds (ET_LINEAR_ASYNC), this thread's first ET_LINEAR_ASYNC - 1 rounds
-// of weight words issued, as that path would issue them, and counted in et_async_early for
-// the body to skip. Reads no input (x's pointer and shape only), so that no wait guards it.
+// before the task waits on its inputs: where its body will take the tensor-core path with
+// the ring of blocks (ET_LINEAR_MMA_RING), this thread's first ET_LINEAR_MMA_RING - 1 blocks
+// of weight words, or the one-row streaming path with the ring of rounds (ET_LINEAR_ASYNC),
+// its first ET_LINEAR_ASYNC - 1 rounds, issued as that path would issue them and counted in
+// et_async_early for the body to skip. Reads no input (x's pointer and shape only), so that
+// no wait guards it.
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
                                                         const EtTileT<W>& w,
                                                         const EtTileT<O>& out) {
-    if constexpr (ET_LINEAR_ASYNC > 0 && ET_LINEAR_EARLY) {
+    if constexpr (ET_LINEAR_EARLY) {
         const EtLinear g = et_linear_of(x, w, out);
-        if (g.rows != 1 || !et_linear_words_ok(x, w, out, g) ||
-            et_linear_staged_ok(x.p, w.p, g) || (ET_LINEAR_MMA_BUILT && et_mma_ok(x.p, w.p, g)))
-            return;
+        if (!et_linear_words_ok(x, w, out, g) || et_linear_staged_ok(x.p, w.p, g)) return;
         const unsigned long long policy = et_async_policy<ET_WEIGHTS_EVICT_FIRST>();
-        if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w.p, g, policy);
-        else et_async_first_rounds<4, 4>(w.p, g, policy);
-        et_async_early() = ET_LINEAR_ASYNC - 1;
+        const bool mma = ET_LINEAR_MMA_BUILT && et_mma_ok(x.p, w.p, g);
+        if constexpr (ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_BUILT) {
+            if (mma) {
+                const et_bf16* wb = reinterpret_cast<const et_bf16*>(w.p);
+                for (int n = 0; n < ET_LINEAR_MMA_RING - 1; ++n)
+                    et_mma_copy_block(wb, g, 0, n, policy);
+                et_async_early() = ET_LINEAR_MMA_RING - 1;
+            }
+        }
+        if constexpr (ET_LINEAR_ASYNC > 0) {
+            if (g.rows != 1 || mma) return;
+            if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w.p, g, policy);
+            else et_async_first_rounds<4, 4>(w.p, g, policy);
+            et_async_early() = ET_LINEAR_ASYNC - 1;
+        }
     }
 }
 
