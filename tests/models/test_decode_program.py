@@ -287,6 +287,30 @@ def test_norm_and_residual_tiles():
     assert "l0_gate_proj(0, 1, 1)" not in deps.names
 
 
+# norms of one row, residual adds of two rows (the last tile clipped at B = 3)
+SPLIT_ROWS_TILES = replace(NORM_TILES, residual_rows=2)
+
+
+def test_residual_rows_apart_from_norm_rows():
+    """With residual_rows, the residual adds take tiles of their own rows: a norm waits on
+    the residual tiles holding its row, a residual tile on the partials and the residual
+    stream of its rows (the down projection's row tile 1 of 2 rows is rows 2 and 3), and
+    the last tile covers the one row left."""
+    cfg = CONFIGS["tiny-llama"]
+    deps = _dependencies(cfg, SPLIT_ROWS_TILES, 3)
+    assert deps("l1_attn_norm(2)") == {"l0_mlp_residual(1, 0)", "l0_mlp_residual(1, 1)"}
+    assert deps("l1_attn_norm(1)") == {"l0_mlp_residual(0, 0)", "l0_mlp_residual(0, 1)"}
+    assert deps("l0_mlp_residual(1, 1)") == {"l0_attn_residual(1, 1)", "l0_down_proj(1, 1, 0)",
+                                             "l0_down_proj(1, 1, 1)"}
+    assert "l0_mlp_residual(2, 0)" not in deps.names
+
+
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_residual_rows_apart_from_norm_rows_match_reference(mode):
+    cfg = CONFIGS["tiny-llama"]
+    _steps_close(cfg, random_weights(cfg, seed=10), SPLIT_ROWS_TILES, mode, ["a", "b", "c"], 7)
+
+
 def _steps_close(cfg, weights, tiles, mode, requests, seed):
     """Three steps of one token for each of `requests` on the interpreter (4 SMs, NaN in
     the unused cache rows): every step's logits close to the reference's."""

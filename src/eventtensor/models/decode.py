@@ -7,8 +7,8 @@ tokens of one request, adjacent and in order, causal among themselves. Each toke
 own position (its request's cached tokens plus the request's tokens before it in the step)
 and gets its logits and greedy next token. Legend of `config.py` plus C max_context, T KV
 chunk, NC = cdiv(C, T) chunks, G = H/K, BM token rows of a tile, S split-K partials, mn
-= cdiv(B, NR) tiles of NR rows (`norm_rows`) and RT columns (`residual_tile`) of the norms
-and residual adds.
+= cdiv(B, NR) tiles of NR rows (`norm_rows`) of the norms, and ma = cdiv(B, NA) tiles of NA
+rows (`residual_rows`) by RT columns (`residual_tile`) of the residual adds.
 
 Inputs: every weight under `tensor_name(hf_name)` (the HF name with dots as underscores),
 tokens [B], positions [B], slots [B] (the cache slot of each token's request), starts [B]
@@ -47,9 +47,9 @@ Per layer l, tiles and events (events come from the tile regions unless named he
                           (kv_chunk >= max_context) the attention tiles write the attention
                           output themselves and o_proj waits on `l{l}_attn_done`: no merge
   o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
-  attn_residual (mn, E/RT) x + sum of o partials; mlp_norm (mn)
+  attn_residual (ma, E/RT) x + sum of o partials; mlp_norm (mn)
   gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/stile), down_proj (mb, E/dtile, Sd): a down
-  chunk waits on the SiLU tiles it reads; mlp_residual (mn, E/RT) -> next layer's x rows
+  chunk waits on the SiLU tiles it reads; mlp_residual (ma, E/RT) -> next layer's x rows
   (with `fuse_norm`, each residual add (mn) also writes the norm after it, the next layer's
   attn_norm or mlp_norm, so those grids go: one stage fewer before each projection; with
   `fold_norm`, each residual tile also writes the sums of squares of its rows, x_ss [B, E/RT],
@@ -115,6 +115,7 @@ class DecodeTiles:
     norm_rows: int | None = None   # rows of an RMSNorm or residual tile; None: rows
     rope_rows: int | None = None   # rows of a RoPE tile; None: rows
     residual_tile: int | None = None  # columns of a residual tile (of E); None: all of E
+    residual_rows: int | None = None  # rows of a residual tile; None: norm_rows
     fuse_norm: int = 0             # 1: each residual add also computes the RMSNorm after it
     fold_norm: int = 0             # 1: the projections after a residual add apply its norm
 
@@ -160,7 +161,7 @@ class _Decode:
         self.cfg, self.t = config, tiles
         for field in ("rows", "proj_tile", "n_tile", "down_tile", "ffn_tile", "silu_tile",
                       "vocab_tile", "argmax_tile", "kv_chunk", "norm_rows", "rope_rows",
-                      "residual_tile"):
+                      "residual_tile", "residual_rows"):
             if getattr(tiles, field) is not None and getattr(tiles, field) < 1:
                 raise ValueError(f"tiles.{field} must be positive")
         if max_batch < 1 or max_context < 1 or max_tokens < 1:
@@ -180,6 +181,8 @@ class _Decode:
                              "norm after a residual add is computed by one or the other)")
         self.nr = tiles.norm_rows or tiles.rows
         self.norm_span, self.norm_tiles = _span("m", self.nr, "B"), sym.cdiv(self.B, self.nr)
+        na = tiles.residual_rows or self.nr
+        self.res_span, self.res_tiles = _span("m", na, "B"), sym.cdiv(self.B, na)
         self.rr = tiles.rope_rows or tiles.rows
         self.rope_span, self.rope_tiles = _span("m", self.rr, "B"), sym.cdiv(self.B, self.rr)
         self.res_tile = tiles.residual_tile or E
@@ -248,28 +251,28 @@ class _Decode:
 
     def residual(self, name: str, x: str, parts: str, out: str,
                  norm: tuple[str, str], sumsq: bool = False) -> str | None:
-        """x + the partials summed, over tiles of `norm_rows` rows by `residual_tile`
-        columns. With `fuse_norm`, the same tasks (rows of all of E) also write the RMSNorm
+        """x + the partials summed, over tiles of `residual_rows` rows by `residual_tile`
+        columns. With `fuse_norm`, tasks of `norm_rows` rows of all of E also write the RMSNorm
         of the sum (`norm`: its weight and output) and return the norm's name; else None:
         the norm is left to its own grid or, with `sumsq`, to the projections after it (the
         tiles also write the sums of squares of their rows to `out`_ss [B, column tiles])."""
-        E, rows = self.cfg.hidden_size, self.norm_span
+        E = self.cfg.hidden_size
         self.pb.temp(out, (self.B, E))
         if not self.t.fuse_norm:
-            tile = self.res_tile
+            rows, tile = self.res_span, self.res_tile
             cols, n_cols = _span("n", tile, E), -(-E // tile)
             reads = {x: f"{rows}, {cols}", parts: f":, {rows}, {cols}"}
             if not sumsq:
-                self.pb.grid(name, "residual_add", "mn", (self.norm_tiles, n_cols),
+                self.pb.grid(name, "residual_add", "mn", (self.res_tiles, n_cols),
                              reads=reads, writes={out: f"{rows}, {cols}"},
                              params={"x": x, "parts": parts})
                 return None
             self.pb.temp(out + "_ss", (self.B, n_cols))
-            self.pb.grid(name, "residual_add_sumsq", "mn", (self.norm_tiles, n_cols),
+            self.pb.grid(name, "residual_add_sumsq", "mn", (self.res_tiles, n_cols),
                          reads=reads, writes={out: f"{rows}, {cols}", out + "_ss": f"{rows}, n"},
                          params={"x": x, "parts": parts, "out": out, "ss": out + "_ss"})
             return None
-        w, h = norm
+        w, h, rows = *norm, self.norm_span
         self.pb.temp(h, (self.B, E))
         self.pb.grid(name, "residual_rms_norm", "m", (self.norm_tiles,),
                      reads={x: f"{rows}, :", parts: f":, {rows}, :", w: ":"},
