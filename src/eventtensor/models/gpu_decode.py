@@ -47,7 +47,8 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     tokens, on an H100: 5.88 to 4.64 ms at B = 16, 16.53 to 12.43 ms at B = 64, 2.21 to
     2.31 ms at B = 1 (benchmarks/results/decode_tiles_h100.md). RoPE tiles of 4 rows: the
     projections' row tile holds every token of a step, and RoPE over 64 rows was one task a
-    KV head of 67 µs in every layer at B = 64 (benchmarks/results/decode_trace.md)."""
+    KV head of 67 µs in every layer at B = 64
+    (benchmarks/results/history/decode_trace_6bfeb4b.md)."""
     E = config.hidden_size
     k_split = 16 if E % 16 == 0 else 1
     mlp_split = 4 if E % 4 == 0 else 1
@@ -73,7 +74,12 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # The attention's KV words stream through 16 words a thread of shared memory (ET_ATTN_STREAM):
 # on an H100, 2.612 / 4.290 / 8.877 to 2.476 / 4.210 / 8.080 ms at B = 1 / 16 / 64, the
 # attention bodies summed over the CTAs 263 to 163 ms at B = 64; 32 words: 2.605 / 4.497 /
-# 8.497 ms (benchmarks/results/attention/decode_attn_stream.md).
+# 8.497 ms (benchmarks/results/attention/decode_attn_stream.md). The tensor-core linears'
+# weight words go through a ring of 4 blocks of the same dynamic shared memory
+# (ET_LINEAR_MMA_RING), 3 blocks in flight whatever x's staging waits for: on an H200,
+# 3.435 / 7.039 to 3.138 / 6.800 ms at B = 16 / 64 (B = 1, whose linears are on CUDA cores,
+# 1.93 / 1.89 ms); the ring's first blocks issued before the task's waits (ET_LINEAR_EARLY)
+# gained nothing (3.209 / 6.780 ms; benchmarks/results/mma_ring/decode_tiles_73b62b0.md).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
                 "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16, "ET_LINEAR_MMA_RING": 4}
 
