@@ -48,7 +48,9 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     2.31 ms at B = 1 (benchmarks/results/decode_tiles_h100.md). RoPE tiles of 4 rows: the
     projections' row tile holds every token of a step, and RoPE over 64 rows was one task a
     KV head of 67 µs in every layer at B = 64
-    (benchmarks/results/history/decode_trace_6bfeb4b.md)."""
+    (benchmarks/results/history/decode_trace_6bfeb4b.md). Norms of 2 rows (residual adds
+    kept at 8, `residual_rows`) take B = 16 from 3.13 to 2.94 ms but B = 64 from 6.84 to
+    7.11 ms on an H200 (benchmarks/results/norms/decode_norm_rows_1623f78.md): 8 rows stay."""
     E = config.hidden_size
     k_split = 16 if E % 16 == 0 else 1
     mlp_split = 4 if E % 4 == 0 else 1
