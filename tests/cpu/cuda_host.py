@@ -28,7 +28,7 @@ PATCHES = {
         r': "=l"\(p\)\);': "p = 1;",
         r'asm volatile\("createpolicy\.fractional\.L2::evict_normal\.b64 %0, 1\.0;" '
         r': "=l"\(p\)\);': "p = 0;",
-        r'(?s)asm volatile\("\{\\n\\t\.reg \.u64 d;.*?"memory"\);':
+        r'(?s)asm volatile\("cp\.async\.cg\.shared\.global.*?"memory"\);':
             "if (bytes) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16); (void)policy; "
             "++et_host_async_words;",
         r'asm volatile\("cp\.async\.commit_group;" ::: "memory"\);': "",

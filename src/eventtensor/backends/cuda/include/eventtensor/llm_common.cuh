@@ -32,11 +32,14 @@ __device__ __forceinline__ unsigned long long et_async_policy() {
     return p;
 }
 // One 16-byte word from global src to shared dst, asynchronously; zeros where bytes is 0.
+// (dst's shared-window address from __cvta_generic_to_shared, which the compiler folds for an
+// address it knows to be in shared memory, rather than a cvta in the statement, for which it
+// builds the generic address first.)
 __device__ __forceinline__ void et_async_word(EtWord16* dst, const void* src, int bytes,
                                               unsigned long long policy) {
-    asm volatile("{\n\t.reg .u64 d;\n\tcvta.to.shared.u64 d, %0;\n\t"
-                 "cp.async.cg.shared.global.L2::cache_hint [d], [%1], 16, %2, %3;\n\t}"
-                 :: "l"(dst), "l"(src), "r"(bytes), "l"(policy) : "memory");
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes),
+                 "l"(policy) : "memory");
 }
 __device__ __forceinline__ void et_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");

@@ -846,41 +846,57 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
 static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_MMA_RING <= 4),
               "ET_LINEAR_MMA_RING takes 0 (off) or 2 to 4 blocks");
 
-// The A fragments of one m16n8k16 MMA, lane by lane: x's bf16 hi parts and what they leave.
-struct EtFragHL {
-    EtWord16 hi, lo;
+
+// This thread's weight copies in the pass of et_linear_mma from column p0 (its mapping: warp
+// w's tiles of 8 rows from p0 + 8 (w + warps t), t < 4; lane 4 r + q the word of row r at k
+// 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile (null for
+// a row past the columns: zeros), which tiles have columns (warp-uniform) and the thread's
+// first word of the ring of ET_LINEAR_MMA_RING blocks (word t of block n at ring[(n % RING *
+// 4 + t) * 256]).
+struct EtMmaCopies {
+    const et_bf16* src[4];
+    bool tile[4];
+    EtWord16* ring;
 };
-
-// This thread's word t of block n (32 of k) in the ring of ET_LINEAR_MMA_RING blocks.
-__device__ __forceinline__ EtWord16* et_mma_ring_word(int n, int t) {
-    constexpr int RING = ET_LINEAR_MMA_RING > 0 ? ET_LINEAR_MMA_RING : 1, NT = 4;
-    return et_async_ring() + ((n % RING) * NT + t) * 256 + (int)threadIdx.x;
-}
-
-// Block n of the weight words this thread takes in the pass of et_linear_mma from column p0
-// (its mapping: warp w's tiles of 8 rows from p0 + 8 (w + warps t), t < NT; lane 4 r + q the
-// word of row r at k 32 n + 8 q) into the ring, one cp.async group: zeros for rows past the
-// columns, no copy for tiles past them or a block past k (an empty group).
-__device__ __forceinline__ void et_mma_copy_block(const et_bf16* w, const EtLinear& g, int p0,
-                                                  int n, unsigned long long policy) {
-    constexpr int NT = 4;
+__device__ __forceinline__ EtMmaCopies et_mma_copies(const et_bf16* w, const EtLinear& g,
+                                                     int p0) {
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int warps = (int)blockDim.x >> 5;
+    EtMmaCopies c;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
+    for (int t = 0; t < 4; ++t) {
         const int c0 = p0 + 8 * (warp + warps * t), j = c0 + (lane >> 2);
-        if (c0 < g.cols && 32 * n < g.k)
-            et_async_word(et_mma_ring_word(n, t),
-                          j < g.cols ? w + (long long)j * g.wr + 32 * n + 8 * (lane & 3) : w,
-                          j < g.cols ? 16 : 0, policy);
+        c.tile[t] = c0 < g.cols;
+        c.src[t] = j < g.cols ? w + (long long)j * g.wr + 8 * (lane & 3) : nullptr;
     }
+    c.ring = et_async_ring() + (int)threadIdx.x;
+    return c;
+}
+
+// This thread's word t of block n in the ring.
+__device__ __forceinline__ EtWord16* et_mma_ring_word(const EtMmaCopies& c, int n, int t) {
+    constexpr int RING = ET_LINEAR_MMA_RING > 0 ? ET_LINEAR_MMA_RING : 1;
+    return c.ring + (n % RING * 4 + t) * 256;
+}
+
+// Block n of this thread's weight words into the ring, one cp.async group: zeros for rows
+// past the columns, no copy for tiles past them or a block past k (an empty group).
+__device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const EtLinear& g,
+                                                  int n, unsigned long long policy) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+        if (c.tile[t] && 32 * n < g.k)
+            et_async_word(et_mma_ring_word(c, n, t), c.src[t] ? c.src[t] + 32 * n : c.src[0],
+                          c.src[t] ? 16 : 0, policy);
     et_async_commit();
 }
 
 // linear_partial on tensor cores, rows <= 16 * MT of x. k goes in chunks of KB blocks of 32:
 // the CTA stages a chunk of x once, split into bf16 hi and lo parts already in the MMA's A
-// fragment layout (EtFragHL, lane by lane, in et_llm_smem), so that every warp takes its
-// fragments with two 16-byte shared loads instead of loading and splitting x itself. Warp w
+// fragment layout (lane by lane, in et_llm_smem: every fragment's hi word, then every lo
+// word, so that a warp's 16-byte loads and stores of either part are 512 contiguous bytes,
+// free of bank conflicts), and every warp takes its fragments with two 16-byte shared loads
+// instead of loading and splitting x itself. Warp w
 // takes the column tiles of 8 weight rows w, w + warps, ... (NT of them, a pass; more columns
 // go in further passes); per block of 32 of k, lane l = 4 g + q loads, of each tile, the
 // 16-byte word of weight row g at k 8q .. 8q + 7 (a warp: 8 rows x 64 contiguous bytes) and
@@ -899,15 +915,16 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     constexpr int NT = 4, KB = MT == 1 ? 4 : 2;  // tiles a warp; blocks a chunk
     constexpr int RING = ET_LINEAR_MMA_RING;
     static_assert(NT * 256 * 16 == ET_MMA_RING_BLOCK_BYTES, "a ring block: NT words a thread");
-    static_assert(RING == 0 || NT == 4, "et_mma_copy_block's mapping: NT = 4");
+    static_assert(RING == 0 || NT == 4, "et_mma_copies' mapping: NT = 4");
     const unsigned long long policy = RING > 0 ? et_async_policy<HINT>() : 0ull;
     constexpr int FRAGS = KB * 2 * MT * 32, PER = FRAGS / 256;  // of a chunk; a thread's
-    static_assert(FRAGS * (int)sizeof(EtFragHL) <= ET_LLM_SMEM_BYTES && FRAGS % 256 == 0,
+    static_assert(FRAGS * 2 * (int)sizeof(EtWord16) <= ET_LLM_SMEM_BYTES && FRAGS % 256 == 0,
                   "a chunk's fragments fill et_llm_smem in whole rounds of the CTA");
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
     const int chunks = (g.k + 32 * KB - 1) / (32 * KB);
-    EtFragHL* frag = reinterpret_cast<EtFragHL*>(et_llm_smem());
+    EtWord16* const frag_hi = reinterpret_cast<EtWord16*>(et_llm_smem());
+    EtWord16* const frag_lo = frag_hi + FRAGS;
     const float4 zero = {0.f, 0.f, 0.f, 0.f};
     // this thread's fragments f = threadIdx.x + 256 i of a chunk: ((b * 2 + h) * MT + mt) * 32
     // + lane, x rows 16 mt + g and + 8 at k 32 b + 8 q + 4 h of the chunk
@@ -928,9 +945,10 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             unsigned hi0[2], lo0[2], hi1[2], lo1[2];
             et_split_bf16(xa[i][0], hi0, lo0);
             et_split_bf16(xa[i][1], hi1, lo1);
-            EtFragHL& d = frag[(int)threadIdx.x + 256 * i];
-            d.hi = EtWord16{{hi0[0], hi1[0], hi0[1], hi1[1]}};
-            if constexpr (ET_LINEAR_MMA_LO) d.lo = EtWord16{{lo0[0], lo1[0], lo0[1], lo1[1]}};
+            const int f = (int)threadIdx.x + 256 * i;
+            frag_hi[f] = EtWord16{{hi0[0], hi1[0], hi0[1], hi1[1]}};
+            if constexpr (ET_LINEAR_MMA_LO)
+                frag_lo[f] = EtWord16{{lo0[0], lo1[0], lo0[1], lo1[1]}};
         }
     };
 #pragma unroll 1
@@ -960,8 +978,9 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             for (int h = 0; h < 2; ++h)
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    const EtFragHL& f = frag[((b * 2 + h) * MT + mt) * 32 + lane];
-                    const EtWord16 ah = f.hi, al = ET_LINEAR_MMA_LO ? f.lo : EtWord16{};
+                    const int f = ((b * 2 + h) * MT + mt) * 32 + lane;
+                    const EtWord16 ah = frag_hi[f], al = ET_LINEAR_MMA_LO ? frag_lo[f]
+                                                                          : EtWord16{};
 #pragma unroll
                     for (int t = 0; t < NT; ++t) {
                         if (!tile[t]) continue;
@@ -972,6 +991,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 }
         };
         EtWord16 cur[RING > 0 ? 1 : KB][NT], nxt[RING > 0 ? 1 : KB][NT] = {};  // no ring
+        const EtMmaCopies copies = et_mma_copies(w, g, p0);  // (the ring's)
         if constexpr (RING > 0) {  // the first RING - 1 blocks (issued early, or now)
             bool early = false;
             if constexpr (ET_LINEAR_EARLY) {
@@ -979,7 +999,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 et_async_early() = 0;
             }
             if (!early)
-                for (int n = 0; n < RING - 1; ++n) et_mma_copy_block(w, g, p0, n, policy);
+                for (int n = 0; n < RING - 1; ++n) et_mma_copy_block(copies, g, n, policy);
         } else {
             load_w(cur, 0);
         }
@@ -1000,11 +1020,11 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 EtWord16 words[NT];
                 if constexpr (RING > 0) {
                     // into the slot of block n - 1, whose words its MMAs have taken
-                    et_mma_copy_block(w, g, p0, n + RING - 1, policy);
+                    et_mma_copy_block(copies, g, n + RING - 1, policy);
                     et_async_wait<RING - 1>();
 #pragma unroll
                     for (int t = 0; t < NT; ++t)
-                        words[t] = tile[t] ? *et_mma_ring_word(n, t) : EtWord16{};
+                        words[t] = tile[t] ? *et_mma_ring_word(copies, n, t) : EtWord16{};
                 } else {
 #pragma unroll
                     for (int t = 0; t < NT; ++t) words[t] = cur[b][t];
@@ -1318,9 +1338,10 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
         const bool mma = ET_LINEAR_MMA_BUILT && et_mma_ok(x.p, w.p, g);
         if constexpr (ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_BUILT) {
             if (mma) {
-                const et_bf16* wb = reinterpret_cast<const et_bf16*>(w.p);
+                const EtMmaCopies copies =
+                    et_mma_copies(reinterpret_cast<const et_bf16*>(w.p), g, 0);
                 for (int n = 0; n < ET_LINEAR_MMA_RING - 1; ++n)
-                    et_mma_copy_block(wb, g, 0, n, policy);
+                    et_mma_copy_block(copies, g, n, policy);
                 et_async_early() = ET_LINEAR_MMA_RING - 1;
             }
         }
