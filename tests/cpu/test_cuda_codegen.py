@@ -305,61 +305,39 @@ def test_stage_ring_fits_the_ctas_of_an_sm():
     assert "#define ET_STAGE_BYTES" not in generate(p, "static") + generate(p, STAGES)
 
 
-def test_linear_async_rounds_take_the_dynamic_shared_memory():
-    """ET_LINEAR_ASYNC takes 2 or 3 rounds of 64 KB of dynamic shared memory (what the
-    launch asks for), where the CTAs of an SM leave room, and not beside the stage ring."""
-    assert dynamic_smem_bytes(None) == 0
-    assert dynamic_smem_bytes({"ET_LINEAR_ASYNC": 3}) == 3 * 65536
-    assert dynamic_smem_bytes({"ET_STAGE_BYTES": 16384}) == 16384
+@pytest.mark.parametrize("knob, good, bad, refusal, too_big, ctas, room", [
+    ("ET_LINEAR_ASYNC", 2, 1, "the one-row linear keeps 2 or 3 rounds", 2, 2, 87040),
+    ("ET_ATTN_STREAM", 16, 8, "the attention's KV ring takes 16 or 32 words", 32, 2, 87040),
+    ("ET_LINEAR_MMA_RING", 4, 1, "the tensor-core linear's ring takes 2, 3 or 4 blocks of 16384 "
+     "bytes", 4, 3, 48128)])
+def test_rings_take_the_dynamic_shared_memory(knob, good, bad, refusal, too_big, ctas, room):
+    """Each ring of the bodies' asynchronous copies (the one-row linear's rounds, the
+    attention's KV words, the tensor-core linear's blocks) takes the sizes it documents,
+    is refused where the CTAs of an SM leave too little room, and not beside the stage
+    ring."""
     p = program_for("symbolic_batch", "static")
-    assert "#define ET_LINEAR_ASYNC 2" in generate(p, "static", knobs={"ET_LINEAR_ASYNC": 2})
-    with pytest.raises(ValueError, match="knob ET_LINEAR_ASYNC=1: the one-row linear keeps 2 "
-                                         "or 3 rounds"):
-        generate(p, "static", knobs={"ET_LINEAR_ASYNC": 1})
-    with pytest.raises(ValueError, match=r"knob ET_LINEAR_ASYNC=2: .* at most 87040 bytes "
-                                         r"with 2 CTA\(s\) per SM"):
-        generate(p, "static", 2, knobs={"ET_LINEAR_ASYNC": 2})
-    with pytest.raises(ValueError, match="ET_STAGE_BYTES=16384 and ET_LINEAR_ASYNC=2 both"):
-        generate(p, "static", knobs={"ET_LINEAR_ASYNC": 2, "ET_STAGE_BYTES": 16384})
+    assert f"#define {knob} {good}" in generate(p, "static", knobs={knob: good})
+    with pytest.raises(ValueError, match=f"knob {knob}={bad}: {refusal}"):
+        generate(p, "static", knobs={knob: bad})
+    with pytest.raises(ValueError, match=rf"knob {knob}={too_big}: .* at most {room} bytes "
+                                         rf"(a CTA )?with {ctas} CTA\(s\) per SM"):
+        generate(p, "static", ctas, knobs={knob: too_big})
+    with pytest.raises(ValueError, match=f"ET_STAGE_BYTES=16384 and {knob}={good} both"):
+        generate(p, "static", knobs={knob: good, "ET_STAGE_BYTES": 16384})
 
 
-def test_attention_stream_takes_the_dynamic_shared_memory():
-    """ET_ATTN_STREAM takes 16 or 32 words of 16 bytes a thread (64 or 128 KB a CTA) of
-    dynamic shared memory, shared with the linear's rounds (the larger of the two), where the
-    CTAs of an SM leave room, and not beside the stage ring."""
+def test_dynamic_shared_memory_is_the_largest_ring():
+    """A launch asks for the stage ring's bytes, or the largest of the bodies' rings, which
+    share the dynamic shared memory (a CTA runs one body at a time)."""
+    assert dynamic_smem_bytes(None) == 0
+    assert dynamic_smem_bytes({"ET_STAGE_BYTES": 16384}) == 16384
+    assert dynamic_smem_bytes({"ET_LINEAR_ASYNC": 3}) == 3 * 65536
     assert dynamic_smem_bytes({"ET_ATTN_STREAM": 16}) == 65536
     assert dynamic_smem_bytes({"ET_ATTN_STREAM": 32, "ET_LINEAR_ASYNC": 3}) == 3 * 65536
     assert dynamic_smem_bytes({"ET_ATTN_STREAM": 32, "ET_LINEAR_ASYNC": 0}) == 2 * 65536
-    p = program_for("symbolic_batch", "static")
-    assert "#define ET_ATTN_STREAM 16" in generate(p, "static", knobs={"ET_ATTN_STREAM": 16})
-    with pytest.raises(ValueError, match="knob ET_ATTN_STREAM=8: the attention's KV ring takes "
-                                         "16 or 32 words"):
-        generate(p, "static", knobs={"ET_ATTN_STREAM": 8})
-    with pytest.raises(ValueError, match=r"knob ET_ATTN_STREAM=32: .* at most 87040 bytes "
-                                         r"a CTA with 2 CTA\(s\) per SM"):
-        generate(p, "static", 2, knobs={"ET_ATTN_STREAM": 32})
-    with pytest.raises(ValueError, match="ET_STAGE_BYTES=16384 and ET_ATTN_STREAM=16 both"):
-        generate(p, "static", knobs={"ET_ATTN_STREAM": 16, "ET_STAGE_BYTES": 16384})
-
-
-def test_mma_ring_takes_the_dynamic_shared_memory():
-    """ET_LINEAR_MMA_RING takes 2 to 4 blocks of 16 KB of dynamic shared memory, shared with
-    the other rings (the largest of them), where the CTAs of an SM leave room, and not beside
-    the stage ring."""
     assert dynamic_smem_bytes({"ET_LINEAR_MMA_RING": 3}) == 3 * 16384
     assert dynamic_smem_bytes({"ET_LINEAR_MMA_RING": 4, "ET_ATTN_STREAM": 16}) == 65536
     assert dynamic_smem_bytes({"ET_LINEAR_MMA_RING": 2, "ET_LINEAR_ASYNC": 2}) == 2 * 65536
-    p = program_for("symbolic_batch", "static")
-    assert "#define ET_LINEAR_MMA_RING 4" in generate(p, "static",
-                                                      knobs={"ET_LINEAR_MMA_RING": 4})
-    with pytest.raises(ValueError, match="knob ET_LINEAR_MMA_RING=1: the tensor-core linear's "
-                                         "ring takes 2, 3 or 4 blocks of 16384 bytes"):
-        generate(p, "static", knobs={"ET_LINEAR_MMA_RING": 1})
-    with pytest.raises(ValueError, match=r"knob ET_LINEAR_MMA_RING=4: .* at most 48128 bytes "
-                                         r"a CTA with 3 CTA\(s\) per SM"):
-        generate(p, "static", 3, knobs={"ET_LINEAR_MMA_RING": 4})
-    with pytest.raises(ValueError, match="ET_STAGE_BYTES=16384 and ET_LINEAR_MMA_RING=2 both"):
-        generate(p, "static", knobs={"ET_LINEAR_MMA_RING": 2, "ET_STAGE_BYTES": 16384})
 
 
 def test_input_tiles_are_staged_and_read_from_the_stage_ring():
