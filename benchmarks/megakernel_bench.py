@@ -212,7 +212,7 @@ def prologue_epilogue(trace) -> dict:
     first, last = {}, {}
     for s in trace.spans:
         first[s.sm] = min(first.get(s.sm, s.fetch_us), s.fetch_us)
-        last[s.sm] = max(last.get(s.sm, s.end_us), s.end_us)
+        last[s.sm] = max(last.get(s.sm, s.notified_us), s.notified_us)
     entry, exit_ = trace.meta["cta_entry_us"], trace.meta["cta_exit_us"]
     return {"prologue_us": float(np.median([first[c] - entry[c] for c in first])),
             "epilogue_us": float(np.median([exit_[c] - last[c] for c in last]))}

@@ -26,7 +26,10 @@ _WAIT_COLOR = "#c8c8c8"
 class TaskSpan:
     """One task run on one SM. Times in microseconds, `fetch_us <= start_us <= end_us`.
 
-    `start_us - fetch_us` is the time the SM spent waiting on the events in `waits`.
+    `start_us - fetch_us` is the time the SM spent waiting on the events in `waits`; `end_us`
+    ends the body. `notify_us`, where measured, is when the task's notifies were issued (at
+    or after `end_us`, and past later tasks of its SM where it held them back); `notified_us`
+    is that, or `end_us` where it was not measured.
     """
 
     sm: int
@@ -37,6 +40,11 @@ class TaskSpan:
     end_us: float
     fetch_us: float
     waits: tuple[str, ...] = ()
+    notify_us: float | None = None
+
+    @property
+    def notified_us(self) -> float:
+        return self.end_us if self.notify_us is None else self.notify_us
 
 
 def _span_key(s: TaskSpan) -> tuple[int, float, str]:
@@ -66,8 +74,10 @@ class Trace:
             where = f"trace {self.title!r}: task {s.task!r} (grid {s.grid!r}, SM {s.sm})"
             if not 0 <= s.sm < self.num_sms:
                 raise ValueError(f"{where}: SM index outside [0, {self.num_sms})")
-            if not all(math.isfinite(t) for t in (s.fetch_us, s.start_us, s.end_us)):
+            if not all(math.isfinite(t) for t in (s.fetch_us, s.start_us, s.notified_us)):
                 raise ValueError(f"{where}: non-finite time")
+            if s.notified_us < s.end_us:
+                raise ValueError(f"{where}: notify_us {s.notify_us} < end_us {s.end_us}")
             if s.end_us < s.start_us:
                 raise ValueError(f"{where}: end_us {s.end_us} < start_us {s.start_us}")
             if s.start_us < s.fetch_us:
@@ -81,10 +91,11 @@ class Trace:
 
     @property
     def makespan_us(self) -> float:
-        """Latest end minus earliest fetch, in microseconds (0.0 when empty)."""
+        """Latest end (or notifies issued, where measured) minus earliest fetch, in
+        microseconds (0.0 when empty)."""
         if not self.spans:
             return 0.0
-        return max(s.end_us for s in self.spans) - self.t0_us
+        return max(s.notified_us for s in self.spans) - self.t0_us
 
     def busy_fraction(self) -> float:
         """Sum of task body times over `num_sms * makespan_us` (0.0 when empty or zero-length)."""
@@ -97,7 +108,8 @@ class Trace:
         """Chrome trace-event dict: pid 0 = this trace, tid = SM, one "X" event per task.
 
         A "wait" event (cat "wait") covers fetch..start on the same thread where start > fetch.
-        Task events carry `args` grid, waits, fetch_us and end_us (for an exact round trip).
+        Task events carry `args` grid, waits, fetch_us, end_us and notify_us where measured
+        (for an exact round trip).
         """
         ev: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": self.title}}
@@ -116,7 +128,8 @@ class Trace:
             ev.append({"ph": "X", "name": s.task, "cat": s.kind, "ts": s.start_us,
                        "dur": s.end_us - s.start_us, "pid": 0, "tid": s.sm,
                        "args": {"grid": s.grid, "waits": list(s.waits),
-                                "fetch_us": s.fetch_us, "end_us": s.end_us}})
+                                "fetch_us": s.fetch_us, "end_us": s.end_us,
+                                **({} if s.notify_us is None else {"notify_us": s.notify_us})}})
         other = {"title": self.title, "source": self.source, "num_sms": self.num_sms,
                  "meta": self.meta}
         return {"traceEvents": ev, "displayTimeUnit": "ns", "otherData": other}
@@ -137,7 +150,8 @@ class Trace:
                     grid=str(args["grid"]), start_us=start,
                     end_us=float(args.get("end_us", start + float(e["dur"]))),
                     fetch_us=float(args.get("fetch_us", start)),
-                    waits=tuple(str(w) for w in args.get("waits", ()))))
+                    waits=tuple(str(w) for w in args.get("waits", ())),
+                    notify_us=float(args["notify_us"]) if "notify_us" in args else None))
             return cls(title=str(other["title"]), source=str(other["source"]),
                        num_sms=int(other["num_sms"]), spans=spans,
                        meta=dict(other.get("meta") or {}))

@@ -51,6 +51,25 @@ def test_makespan_and_busy_fraction() -> None:
     assert empty.makespan_us == 0.0 and empty.busy_fraction() == 0.0
 
 
+def test_held_notifies() -> None:
+    """A measured span's notifies may come after its body and past the next task's (held
+    back): the makespan runs to the last notify, the busy fraction counts bodies only, the
+    notify time round-trips through the JSON, and one before the body's end is refused."""
+    held = TaskSpan(sm=0, task="gate(0)", kind="linear", grid="gate", start_us=0.0,
+                    end_us=2.0, fetch_us=0.0, notify_us=5.5)
+    after = TaskSpan(sm=0, task="up(0)", kind="linear", grid="up", start_us=2.5, end_us=5.0,
+                     fetch_us=2.0, notify_us=5.25)
+    t = Trace("held", "measured", 1, [held, after])
+    assert t.makespan_us == pytest.approx(5.5) and held.notified_us == 5.5
+    assert t.busy_fraction() == pytest.approx(4.5 / 5.5)
+    assert Trace.from_chrome(json.loads(json.dumps(t.to_chrome()))) == t
+    assert _span(0, "a(0)", "k", 0.0, 0.0, 1.0).notified_us == 1.0
+    early = TaskSpan(sm=0, task="a(0)", kind="k", grid="a", start_us=0.0, end_us=2.0,
+                     fetch_us=0.0, notify_us=1.0)
+    with pytest.raises(ValueError, match="notify_us 1.0 < end_us 2.0"):
+        Trace("bad", "measured", 1, [early])
+
+
 def test_spans_sorted() -> None:
     keys = [(s.sm, s.start_us, s.task) for s in _trace().spans]
     assert keys == sorted(keys)

@@ -617,17 +617,19 @@ class Megakernel:
             -1, PROF_CTA), np.flatnonzero(tasks[:, 5] > 0), tasks[:, 7])
 
     def trace(self, st: _State, title: str) -> Trace:
-        """The per-task timestamps of a profiled launch as a measured `Trace` (µs); its meta
-        holds each CTA's kernel entry and exit (`cta_entry_us`, `cta_exit_us`, the same
-        origin: the earliest fetch)."""
+        """The per-task timestamps of a profiled launch as a measured `Trace` (µs): a span
+        from the waits satisfied to the CTA barrier after the body, its notifies issued at
+        `notify_us`; its meta holds each CTA's kernel entry and exit (`cta_entry_us`,
+        `cta_exit_us`, the same origin: the earliest fetch)."""
         b, p, prof = st.tables.bound, self.program, self.profile(st)
         t0 = prof.tasks[prof.ran, 0].min() if prof.ran.size else 0
         spans = []
         for t in prof.ran:
             g = p.grids[b.task_grid[t]]
-            f, s, e = (int(prof.tasks[t, k]) for k in (0, 1, 5))
+            f, s, e, n = (int(prof.tasks[t, k]) for k in (0, 1, 3, 5))
             spans.append(TaskSpan(int(prof.sm[t]), b.task_name(int(t)), g.kind, g.name,
-                                  (s - t0) / 1e3, (e - t0) / 1e3, (f - t0) / 1e3))
+                                  (s - t0) / 1e3, (e - t0) / 1e3, (f - t0) / 1e3,
+                                  notify_us=(n - t0) / 1e3))
         us = (lambda v: [round((int(x) - int(t0)) / 1e3, 4) for x in v])  # noqa: E731
         return Trace(title, "measured", self.num_ctas, spans,
                      {"mode": self.mode, "binding": dict(b.env), "program": p.name,
