@@ -72,7 +72,7 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # blocks of up to 8 rows only (it takes more only where the tensor cores cannot: k not a
 # multiple of 32, unaligned x): Llama-3.2-1B's kernel has 33.6k instructions instead of
 # 36.0k and compiles in 12.1-13.1 s instead of 14.7 s on a 2-CPU host
-# (benchmarks/results/kernel_size/kernel_size.md).
+# (benchmarks/results/history/kernel_size_af40a0f.md).
 # The attention's KV words stream through 16 words a thread of shared memory (ET_ATTN_STREAM):
 # on an H100, 2.612 / 4.290 / 8.877 to 2.476 / 4.210 / 8.080 ms at B = 1 / 16 / 64, the
 # attention bodies summed over the CTAs 263 to 163 ms at B = 64; 32 words: 2.605 / 4.497 /
