@@ -545,28 +545,6 @@ def test_mma_ring_matches_reference(mma_ring_results, i):
     check_outputs(*mma_ring_results[i])
 
 
-# the same with the first ring blocks issued before the task's waits (ET_LINEAR_EARLY), for
-# the cases the tensor-core path takes (8 rows or more, float x, k a multiple of 32)
-EARLY_MMA_CASES = [c for c in MMA_CASES if c.ins["x"].n[0] >= c.mma and c.ins["x"].n[1] % 32 == 0
-                   and c.ins["x"].dtype == F]
-
-
-@pytest.fixture(scope="module")
-def mma_early_results(tmp_path_factory):
-    return run_cases(tmp_path_factory.mktemp("mma_early"), EARLY_MMA_CASES,
-                     PRELUDE + "#define ET_LINEAR_MMA_RING 3\n#define ET_LINEAR_EARLY 1\n",
-                     early=2)
-
-
-@needs_cxx
-@pytest.mark.parametrize("i", range(len(EARLY_MMA_CASES)),
-                         ids=[case_id(c) for c in EARLY_MMA_CASES])
-def test_mma_early_blocks_match_reference(mma_early_results, i):
-    """The first blocks issued before the task's waits (et_early_linear_partial), the rest
-    by the body: the body's outputs, and the copies counted in EARLY_RUN."""
-    check_outputs(*mma_early_results[i])
-
-
 # the CUDA-core linear paths with ET_LINEAR_CORE_ROWS 2: more rows in blocks of 2 and 1
 CORE_CASES = [c for c in CASES if c.kind in ("linear_partial", "norm_linear_partial")
               and not c.mma and not c.staged]
@@ -603,20 +581,42 @@ def test_linear_async_rounds_match_reference(async_results, i):
     check_outputs(*async_results[i])
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["early2", "early3"])
-def early_results(request, tmp_path_factory):
-    return run_cases(tmp_path_factory.mktemp(f"early{request.param}"), ONE_ROW_CASES,
-                     PRELUDE + f"#define ET_LINEAR_ASYNC {request.param}\n"
-                     "#define ET_LINEAR_EARLY 1\n", early=request.param - 1)
+# the first copies issued before the task's waits (ET_LINEAR_EARLY): variant -> (cases,
+# ring knob, copies issued early): the one-row linears' rounds (ET_LINEAR_ASYNC 2 and 3),
+# the tensor-core linears' blocks (ET_LINEAR_MMA_RING 3) for the cases that path takes (8
+# rows or more, float x, k a multiple of 32)
+EARLY_VARIANTS = {
+    "async2": (ONE_ROW_CASES, "ET_LINEAR_ASYNC 2", 1),
+    "async3": (ONE_ROW_CASES, "ET_LINEAR_ASYNC 3", 2),
+    "mma_ring3": ([c for c in MMA_CASES if c.ins["x"].n[0] >= c.mma
+                   and c.ins["x"].n[1] % 32 == 0 and c.ins["x"].dtype == F],
+                  "ET_LINEAR_MMA_RING 3", 2)}
+
+
+@pytest.fixture(scope="module")
+def early_results(tmp_path_factory):
+    """Each variant's results, run on first use."""
+    done = {}
+
+    def results(variant):
+        if variant not in done:
+            cases, ring, early = EARLY_VARIANTS[variant]
+            done[variant] = run_cases(tmp_path_factory.mktemp(f"early_{variant}"), cases,
+                                      PRELUDE + f"#define {ring}\n#define ET_LINEAR_EARLY 1\n",
+                                      early=early)
+        return done[variant]
+    return results
 
 
 @needs_cxx
-@pytest.mark.parametrize("i", range(len(ONE_ROW_CASES)),
-                         ids=[case_id(c) for c in ONE_ROW_CASES])
-def test_linear_early_rounds_match_reference(early_results, i):
-    """The first rounds issued before the task's waits (et_early_linear_partial), the rest
+@pytest.mark.parametrize("variant, i", [(v, i) for v, (cases, _, _) in EARLY_VARIANTS.items()
+                                        for i in range(len(cases))],
+                         ids=[f"{v}-{case_id(c)}" for v, (cases, _, _) in EARLY_VARIANTS.items()
+                              for c in cases])
+def test_linear_early_copies_match_reference(early_results, variant, i):
+    """The first copies issued before the task's waits (et_early_linear_partial), the rest
     by the body: the body's outputs, and the copies counted in EARLY_RUN."""
-    check_outputs(*early_results[i])
+    check_outputs(*early_results(variant)[i])
 
 
 NVCC = shutil.which("nvcc") or next((p for p in ["/usr/local/cuda/bin/nvcc"]

@@ -309,9 +309,8 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
     blocks = knobs.get("ET_LINEAR_MMA_RING", 0)
     if blocks not in (0, 2, 3, 4) or blocks * MMA_RING_BLOCK_BYTES > room:
         raise ValueError(f"knob ET_LINEAR_MMA_RING={blocks}: the tensor-core linear's ring "
-                         f"takes 2, 3 or 4 blocks of "
-                         f"{MMA_RING_BLOCK_BYTES} bytes (0: none), at most {room} bytes a CTA "
-                         f"with {ctas_per_sm} CTA(s) per SM")
+                         f"takes 2, 3 or 4 blocks of {MMA_RING_BLOCK_BYTES} bytes (0: none), "
+                         f"at most {room} bytes a CTA with {ctas_per_sm} CTA(s) per SM")
     if knobs.get("ET_LINEAR_EARLY", 0) and not (rounds or blocks):
         raise ValueError(f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: the early weight "
                          "copies go to the ring of ET_LINEAR_ASYNC or ET_LINEAR_MMA_RING; set "

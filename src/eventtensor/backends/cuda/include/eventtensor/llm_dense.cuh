@@ -846,16 +846,15 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
 static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_MMA_RING <= 4),
               "ET_LINEAR_MMA_RING takes 0 (off) or 2 to 4 blocks");
 
-
-// This thread's weight copies in the pass of et_linear_mma from column p0 (its mapping: warp
+// This thread's weight words in the pass of et_linear_mma from column p0 (its mapping: warp
 // w's tiles of 8 rows from p0 + 8 (w + warps t), t < 4; lane 4 r + q the word of row r at k
-// 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile (null for
-// a row past the columns: zeros), which tiles have columns (warp-uniform) and the thread's
-// first word of the ring of ET_LINEAR_MMA_RING blocks (word t of block n at ring[(n % RING *
-// 4 + t) * 256]).
+// 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile (row 0's
+// for a row past the columns, which reads as zeros: `live` false), which tiles have columns
+// (warp-uniform) and the thread's first word of the ring of ET_LINEAR_MMA_RING blocks (word
+// t of block n at ring[(n % RING * 4 + t) * 256]).
 struct EtMmaCopies {
     const et_bf16* src[4];
-    bool tile[4];
+    bool live[4], tile[4];
     EtWord16* ring;
 };
 __device__ __forceinline__ EtMmaCopies et_mma_copies(const et_bf16* w, const EtLinear& g,
@@ -867,7 +866,8 @@ __device__ __forceinline__ EtMmaCopies et_mma_copies(const et_bf16* w, const EtL
     for (int t = 0; t < 4; ++t) {
         const int c0 = p0 + 8 * (warp + warps * t), j = c0 + (lane >> 2);
         c.tile[t] = c0 < g.cols;
-        c.src[t] = j < g.cols ? w + (long long)j * g.wr + 8 * (lane & 3) : nullptr;
+        c.live[t] = j < g.cols;
+        c.src[t] = w + (long long)(c.live[t] ? j : 0) * g.wr + 8 * (lane & 3);
     }
     c.ring = et_async_ring() + (int)threadIdx.x;
     return c;
@@ -886,8 +886,8 @@ __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const Et
 #pragma unroll
     for (int t = 0; t < 4; ++t)
         if (c.tile[t] && 32 * n < g.k)
-            et_async_word(et_mma_ring_word(c, n, t), c.src[t] ? c.src[t] + 32 * n : c.src[0],
-                          c.src[t] ? 16 : 0, policy);
+            et_async_word(et_mma_ring_word(c, n, t), c.src[t] + 32 * n, c.live[t] ? 16 : 0,
+                          policy);
     et_async_commit();
 }
 
@@ -953,23 +953,17 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     };
 #pragma unroll 1
     for (int p0 = 0; p0 < g.cols; p0 += 8 * NT * warps) {
-        const et_bf16* wr[NT];
-        bool live[NT], tile[NT];  // this lane's weight row; the tile (warp-uniform)
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            const int c0 = p0 + 8 * (warp + warps * t), j = c0 + gr;
-            tile[t] = c0 < g.cols;
-            live[t] = j < g.cols;
-            wr[t] = w + (long long)(live[t] ? j : 0) * g.wr + 8 * q;
-        }
+        const EtMmaCopies copies = et_mma_copies(w, g, p0);  // this lane's weight rows
+        const bool* const tile = copies.tile;
         auto load_w = [&](EtWord16 (&words)[KB][NT], int c) {
 #pragma unroll
             for (int b = 0; b < KB; ++b)
 #pragma unroll
                 for (int t = 0; t < NT; ++t) {
                     const int kb = 32 * (KB * c + b);
-                    words[b][t] = live[t] && kb < g.k
-                                      ? et_load_weight_word<HINT>(wr[t] + kb) : EtWord16{};
+                    words[b][t] = copies.live[t] && kb < g.k
+                                      ? et_load_weight_word<HINT>(copies.src[t] + kb)
+                                      : EtWord16{};
                 }
         };
         float acc[MT][NT][4] = {};
@@ -991,7 +985,6 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 }
         };
         EtWord16 cur[RING > 0 ? 1 : KB][NT], nxt[RING > 0 ? 1 : KB][NT] = {};  // no ring
-        const EtMmaCopies copies = et_mma_copies(w, g, p0);  // (the ring's)
         if constexpr (RING > 0) {  // the first RING - 1 blocks (issued early, or now)
             bool early = false;
             if constexpr (ET_LINEAR_EARLY) {
