@@ -167,6 +167,20 @@ def test_decode_kernel_with_weight_prefetch_compiles(knobs):
     assert c.cubin[:4] == b"\x7fELF" and c.cubin != plain.cubin
 
 
+def test_bulk_prefetch_window_issues_tma_prefetches(tmp_path, monkeypatch):
+    """ET_PREFETCH_BULK with the prefetch window: the weight tiles of the tasks ahead go to
+    L2 by bulk prefetches of the TMA unit (whole tiles or rows), which the kernel's PTX
+    holds; without the knob it holds none."""
+    _, p = decode_program("tiny-llama", layers=1)
+    monkeypatch.setenv("EVENTTENSOR_CACHE", str(tmp_path / "cache"))
+    for bulk in (0, 1):
+        monkeypatch.setenv("EVENTTENSOR_DUMP", str(tmp_path / f"dump{bulk}"))
+        knobs = {"ET_PREFETCH_BYTES": 262144, "ET_PREFETCH_BULK": bulk}
+        compile_source(generate(p, "static", knobs=knobs), kernel_name(p, "static"))
+        ptx = (tmp_path / f"dump{bulk}" / f"{kernel_name(p, 'static')}.ptx").read_text()
+        assert ("cp.async.bulk.prefetch.L2.global" in ptx) == bool(bulk)
+
+
 def test_early_linear_parts_only_in_static_kernels_with_the_ring():
     """ET_LINEAR_EARLY: the decode program's linear_partial grids get an early part (their
     tile views, et_early_linear_partial) in static and unfused kernels; the other grids and

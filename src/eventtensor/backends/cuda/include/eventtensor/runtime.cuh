@@ -494,6 +494,8 @@ __device__ void et_do_sync_task(const long long* A, const EtView& v, u64 fetch_n
 //   current task's own tiles while thread 0 waits on its events. (The next task's prefetches
 //   may still be in flight when the current task's release fence waits for the CTA's memory
 //   operations; the task's own are done by then: its body read the tiles.)
+// The L2 prefetches of the last two are line by line, or bulk with ET_PREFETCH_BULK
+// (stage.cuh EtPrefetchL2).
 #ifndef ET_STAGE_BYTES
 #define ET_STAGE_BYTES 0
 #endif

@@ -5,7 +5,7 @@
 //
 // The generated `et_stage(A, task, s)` builds each input tile of `task` and hands it to the
 // stager `s` as `s.tile(j, t)` (j: the tile's place among the task's staged tiles). Stagers:
-//   EtPrefetchL2   prefetch the tile's lines into L2 (the default, and the prefetch window);
+//   EtPrefetchL2   prefetch the tile into L2 (the default, and the prefetch window);
 //   EtStagePlan    place the tiles in a stage ring allocation (bytes, offsets);
 //   EtStageCopy    copy them there with bulk asynchronous copies completing on an mbarrier.
 #pragma once
@@ -48,24 +48,63 @@ __device__ __forceinline__ void et_bulk_copy(void* dst, const void* src, unsigne
                  : "memory");
 }
 
-// ------------------------------------------------------------------ stagers
-
-// Prefetch each tile's lines into L2, threads me, me + step, ... of the CTA taking their
-// share; `bytes` sums the tiles' bytes.
-struct EtPrefetchL2 {
-    int me, step, bytes;
-    template <typename T>
-    __device__ void tile(int, const EtTileT<T>& t) {
-        et_prefetch_tile(t, me, step);
-        bytes += et_tile_bytes(t);
-    }
-};
+// `bytes` (a multiple of 16) from global `src` (16-byte aligned) into L2 by the TMA unit: one
+// instruction for the whole run, nothing to wait for, and no load of the thread's in flight
+// (a release fence of the CTA does not wait for it, unlike prefetch.global.L2).
+__device__ __forceinline__ void et_bulk_prefetch(const void* src, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes)
+                 : "memory");
+}
 
 // Whether tile t can be bulk-copied: rows of whole, 16-byte aligned words (et_rows_of_words).
 template <typename T>
 __device__ __forceinline__ bool et_bulk_ok(const EtTileT<T>& t) {
     return et_rows_of_words(t) && et_tile_bytes(t) > 0;
 }
+
+// Whether every row of tile t follows the one before it in memory (one copy for all rows).
+template <typename T>
+__device__ __forceinline__ bool et_dense(const EtTileT<T>& t) {
+    long long stride = 1;
+    bool dense = true;
+#pragma unroll
+    for (int d = 3; d >= 0; --d)
+        if (d < t.rank) {
+            dense &= !t.idx[d] && (t.n[d] == 1 || t.s[d] == stride);
+            stride *= t.n[d];
+        }
+    return dense;
+}
+
+// ------------------------------------------------------------------ stagers
+
+// Knob ET_PREFETCH_BULK (0: off): EtPrefetchL2 brings a tile of 16-byte words into L2 with
+// bulk prefetches (et_bulk_prefetch; a dense tile in one, else one a row) instead of one
+// prefetch.global.L2 a line. Other tiles keep the line prefetches.
+#ifndef ET_PREFETCH_BULK
+#define ET_PREFETCH_BULK 0
+#endif
+
+// Prefetch each tile into L2, threads me, me + step, ... of the CTA taking their share (of
+// its lines, or of its rows with ET_PREFETCH_BULK); `bytes` sums the tiles' bytes.
+struct EtPrefetchL2 {
+    int me, step, bytes;
+    template <typename T>
+    __device__ void tile(int, const EtTileT<T>& t) {
+        const int tile_bytes = et_tile_bytes(t);
+        bytes += tile_bytes;
+        if (!ET_PREFETCH_BULK || !et_bulk_ok(t)) {
+            et_prefetch_tile(t, me, step);
+        } else if (et_dense(t)) {
+            if (me == 0) et_bulk_prefetch(t.p, (unsigned)tile_bytes);
+        } else {
+            const int rows = et_rows(t);
+            const unsigned row_bytes = (unsigned)(tile_bytes / rows);
+            for (int r = me; r < rows; r += step)
+                et_bulk_prefetch(t.p + et_row_off(t, r), row_bytes);
+        }
+    }
+};
 
 // A task's tiles placed one after another (16-byte aligned) in one allocation: `off[j]`
 // where tile j goes, -1 for a tile left to L2; `bytes`: the allocation's size.
@@ -82,20 +121,6 @@ struct EtStagePlan {
         bytes += (et_tile_bytes(t) + 15) & ~15;
     }
 };
-
-// Whether every row of tile t follows the one before it in memory (one copy for all rows).
-template <typename T>
-__device__ __forceinline__ bool et_dense(const EtTileT<T>& t) {
-    long long stride = 1;
-    bool dense = true;
-#pragma unroll
-    for (int d = 3; d >= 0; --d)
-        if (d < t.rank) {
-            dense &= !t.idx[d] && (t.n[d] == 1 || t.s[d] == stride);
-            stride *= t.n[d];
-        }
-    return dense;
-}
 
 // Lane `lane` of the copying warp: the share of the copies of the tiles of a plan placed at
 // `buf` (the allocation) into the ring, completing on `bar`: a dense tile in one copy (lane
