@@ -4,9 +4,10 @@
 # "tests sanitizer bench decode"; "tests" runs tests/gpu, TESTS narrows it, e.g.
 # TESTS=tests/gpu/test_decode.py, and TESTS_K selects tests by a pytest -k expression;
 # "tiles" runs benchmarks/decode_tiles_bench.py with TILES_ARGS, "trace"
-# benchmarks/decode_trace_bench.py with TRACE_ARGS ("trace_base" the same with the script
-# and package of the tree at BASE_TREE, e.g. `git archive REV src benchmarks | tar -x -C
-# base_tree`, BASE_COMMIT naming REV, for a side-by-side baseline: decode_trace_base.*; a
+# benchmarks/decode_trace_bench.py with TRACE_ARGS ("tiles_base" and "trace_base" the same
+# with the script and package of the tree at BASE_TREE, e.g. `git archive REV src benchmarks
+# | tar -x -C base_tree`, BASE_COMMIT naming REV, for a side-by-side baseline:
+# decode_tiles_base.*, decode_trace_base.*; tiles_base takes TILES_BASE_ARGS if set; a
 # benchmark script puts its own tree's src first on the path, so the base tree needs its
 # own), "compile"
 # benchmarks/compile_bench.py with COMPILE_ARGS, "linear" benchmarks/linear_bench.py with
@@ -69,15 +70,24 @@ if has trace; then
   timeout "${TRACE_TIMEOUT:-300}" python3 benchmarks/decode_trace_bench.py ${TRACE_ARGS:-} \
     --out "$RUN" 2>&1 | tee "$RUN/decode_trace.log" || FAIL=1
 fi
-if has trace_base; then  # the same profile from another tree (BASE_TREE: its src, benchmarks)
+# the same benchmark from another tree (BASE_TREE: its src, benchmarks): NAME_base.{log,json,md}
+base_bench() {  # NAME SECONDS ARGS...
+  local name="$1" secs="$2"
+  shift 2
   mkdir -p "$RUN/base"
-  BASE="${BASE_TREE:?trace_base needs BASE_TREE}"
-  PYTHONPATH="$BASE/src" ET_COMMIT="${BASE_COMMIT:-base tree}" timeout "${TRACE_TIMEOUT:-300}" \
-    python3 "$BASE/benchmarks/decode_trace_bench.py" ${TRACE_ARGS:-} --out "$RUN/base" 2>&1 \
-    | tee "$RUN/decode_trace_base.log" || FAIL=1
-  for f in "$RUN"/base/decode_trace.{json,md}; do
+  BASE="${BASE_TREE:?${name}_base needs BASE_TREE}"
+  PYTHONPATH="$BASE/src" ET_COMMIT="${BASE_COMMIT:-base tree}" timeout "$secs" \
+    python3 "$BASE/benchmarks/${name}_bench.py" "$@" --out "$RUN/base" 2>&1 \
+    | tee "$RUN/${name}_base.log" || FAIL=1
+  for f in "$RUN/base/$name".{json,md}; do
     [ -f "$f" ] && cp "$f" "$RUN/$(basename "${f%.*}")_base.${f##*.}"
   done
+}
+if has tiles_base; then
+  base_bench decode_tiles "${TILES_TIMEOUT:-480}" ${TILES_BASE_ARGS:-${TILES_ARGS:-}}
+fi
+if has trace_base; then
+  base_bench decode_trace "${TRACE_TIMEOUT:-300}" ${TRACE_ARGS:-}
 fi
 if has decode; then
   timeout "${DECODE_TIMEOUT:-480}" python3 benchmarks/decode_bench.py ${DECODE_ARGS:---quick} \
