@@ -32,7 +32,8 @@ from eventtensor.models.decode import tiles_with  # noqa: E402
 def split_config(base, text: str) -> tuple[object, dict]:
     """(tiles, Megakernel options) of a --tiles text: its ET_* items are device-library
     knobs, ctas_per_sm=N the CTAs per SM, fast_compile=LEVEL NVRTC's --Ofast-compile level,
-    the rest fields of the tiles (`tiles_with`)."""
+    policy=NAME the static schedule's policy (`schedule.static.POLICIES`), the rest fields
+    of the tiles (`tiles_with`)."""
     knobs, kernel, rest = {}, {}, []
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, _, value = item.partition("=")
@@ -40,7 +41,7 @@ def split_config(base, text: str) -> tuple[object, dict]:
             knobs[key] = int(value)
         elif key == "ctas_per_sm":
             kernel[key] = int(value)
-        elif key == "fast_compile":
+        elif key in ("fast_compile", "policy"):
             kernel[key] = value
         else:
             rest.append(item)

@@ -7,7 +7,14 @@ from eventtensor import ProgramBuilder, bind, build_tables, run_pipeline
 from eventtensor.backends.cpu import run
 from eventtensor.errors import ProgramError, QueueOverflowError
 from eventtensor.examples import EXAMPLES
-from eventtensor.schedule import StaticTemplate, check_static, lower, schedule, unfuse
+from eventtensor.schedule import (
+    StaticTemplate,
+    check_static,
+    lower,
+    prepare,
+    schedule,
+    unfuse,
+)
 from eventtensor.schedule.simulate import choose_mode, simulate
 from eventtensor.schedule.static import bucket_queues
 from eventtensor.schedule.unfused import BARRIER
@@ -102,6 +109,43 @@ def test_critical_path_policy_balances_by_cost():
     assert sorted(len(s & heavy) for s in per_sm) == [0, 1, 1]
     assert max(len(s & light) for s in per_sm) == 4
     assert times["critical_path"] < times["round_robin"]
+
+
+def sink_program():
+    """src feeds `work` (then `after`, `out`) and `sink`, which nothing waits on."""
+    pb = ProgramBuilder("sink", derive_events=True)
+    pb.input("X", (8, 64))
+    for name, shape in (("a", (8, 1)), ("w", (8, 1)), ("n", (8, 1))):
+        pb.temp(name, shape)
+    pb.output("s", (8, 1))
+    pb.output("o", (8, 1))
+    pb.grid("src", "row_sum", "i", (8,), reads={"X": "i, :"}, writes={"a": "i, :"})
+    pb.grid("sink", "row_sum", "i", (8,), reads={"a": "i, :"}, writes={"s": "i, :"})
+    pb.grid("work", "row_sum", "i", (8,), reads={"a": "i, :"}, writes={"w": "i, :"})
+    pb.grid("after", "row_sum", "i", (8,), reads={"w": "i, :"}, writes={"n": "i, :"})
+    pb.grid("out", "row_sum", "i", (8,), reads={"n": "i, :"}, writes={"o": "i, :"})
+    return pb.build()
+
+
+def test_sink_grid_follows_its_siblings_not_the_whole_program():
+    """A sink grid comes right after the other consumers of its producers in the critical-path
+    order (it fills the SMs that wait on them), not by its own remaining path, as with
+    "critical_path_sinks_last" (tied with `out`'s here: program order);
+    round robin keeps program order.
+    The queues stay deadlock free and compute the same outputs."""
+    p = prepare(sink_program(), "static")
+    names = [g.name for g in p.grids]
+    order = [names[g] for g in StaticTemplate(p, 3).order]
+    assert order == ["src", "work", "sink", "after", "out"]
+    assert [names[g] for g in StaticTemplate(p, 3, "critical_path_sinks_last").order] == [
+        "src", "work", "after", "sink", "out"]
+    assert [names[g] for g in StaticTemplate(p, 3, "round_robin").order] == names
+    t = lower(p, {}, "static", 3)
+    check_static(t)
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    res = run(t, {"X": x})
+    np.testing.assert_allclose(res.tensors["s"][:, 0], x.sum(1), rtol=1e-5)
+    np.testing.assert_allclose(res.tensors["o"][:, 0], x.sum(1), rtol=1e-5)
 
 
 def test_bucketed_tables_guard_invalid_tasks():

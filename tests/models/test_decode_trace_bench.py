@@ -104,6 +104,8 @@ def test_tiles_bench_compares_each_configuration_with_the_first():
     assert got == {"logit_err": 0.25, "same_picks": 0.5}
     from eventtensor.models.decode import DecodeTiles
     tiles_of, kernel = tiles["split_config"](DecodeTiles(), "ET_WEIGHTS_EVICT_FIRST=1, "
-                                             "norm_rows=8,ctas_per_sm=2")
+                                             "norm_rows=8,ctas_per_sm=2,"
+                                             "policy=critical_path_sinks_last")
     assert tiles_of == DecodeTiles(norm_rows=8)
-    assert kernel == {"ctas_per_sm": 2, "knobs": {"ET_WEIGHTS_EVICT_FIRST": 1}}
+    assert kernel == {"ctas_per_sm": 2, "policy": "critical_path_sinks_last",
+                      "knobs": {"ET_WEIGHTS_EVICT_FIRST": 1}}

@@ -11,7 +11,12 @@ Policies:
 * "critical_path": grids by longest remaining path (sum of per-task times along the grid
   graph, at a reference binding, by default every symbol at its maximum), and each task placed
   on the SM with the least accumulated work so far (cost, not task count); the placement is
-  computed once at the reference binding and reused by every smaller binding.
+  computed once at the reference binding and reused by every smaller binding. A sink grid
+  (nothing waits on it, e.g. a KV-cache append) whose producers feed other grids too comes
+  right after the last of those siblings rather than after every other grid: its tasks then
+  fill the SMs that wait for the siblings' consumers instead of the step's tail;
+* "critical_path_sinks_last": the same with sinks by their own remaining path (the shortest:
+  after every other grid they do not precede).
 
 `check_static(tables)` proves any given queues deadlock free, or says which order is wrong.
 """
@@ -28,7 +33,7 @@ from ..lower import GUARDED, Tables, grid_coords, grid_graph, grid_order, task_p
 from ..vec import compile_exprs
 from .cost import CostModel, grid_costs
 
-POLICIES = ("critical_path", "round_robin")
+POLICIES = ("critical_path", "critical_path_sinks_last", "round_robin")
 
 
 class StaticTemplate:
@@ -59,11 +64,13 @@ class StaticTemplate:
             prio = np.zeros(len(names))
         else:
             prio = _longest_path(preds, task_us * np.ceil(ref_counts / num_sms))
+            if policy == "critical_path":
+                prio = _sinks_after_siblings(preds, prio)
         self.order = np.array([i for i in _topo(preds, prio) if names[i] in chosen], np.int64)
         self.reference = ref
         self.ref_ext = self._grid_extents(ref)
         self.layouts: list[tuple[np.ndarray, tuple]] = []  # (extents, entries) small first
-        if policy == "critical_path":
+        if policy != "round_robin":
             for r in ([ref] if reference else _buckets(program, ref)):
                 costs = grid_costs(program, r)
                 us = np.array([cm.task_us(costs[n], num_sms) for n in names])
@@ -195,6 +202,22 @@ def _longest_path(preds: list[set[int]], weight: np.ndarray) -> np.ndarray:
     for g in reversed(_topo(preds)):
         rank[g] = weight[g] + max((rank[s] for s in succs[g]), default=0.0)
     return rank
+
+
+def _sinks_after_siblings(preds: list[set[int]], prio: np.ndarray) -> np.ndarray:
+    """`prio` with each sink grid (no successors) whose producers have other successors (its
+    siblings) set just below the lowest of the siblings' priorities: in `grid_order` it
+    then follows the last sibling, ahead of the grids that come after the siblings."""
+    succs: list[list[int]] = [[] for _ in preds]
+    for c, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(c)
+    out = prio.copy()
+    for g, ps in enumerate(preds):
+        siblings = [prio[s] for p in ps for s in succs[p] if s != g]
+        if not succs[g] and siblings:
+            out[g] = np.nextafter(min(siblings), -np.inf)
+    return out
 
 
 def _topo(preds: list[set[int]], prio: np.ndarray | None = None) -> list[int]:
