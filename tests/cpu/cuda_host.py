@@ -39,6 +39,7 @@ PATCHES = {
             "r.bits = et_host_bf16(v);",
         r'asm volatile\("prefetch\.global\.\w+ \[%0\];" :: "l"\(t\.p \+ off\)\);':
             "et_host_prefetch(t.p + off);",
+        r'asm volatile\("prefetch\.global\.L1 \[%0\];" :: "l"\(p\)\);': "(void)p;",
     },
     "stage.cuh": {
         r'asm volatile\("mbarrier\.init[^;]*;[^;]*;':

@@ -205,8 +205,9 @@ CASES = [
     rms(1, 4096), rms(2, 256), rms(3, 256), rms(16, 256), rms(17, 128), rms(64, 64),
     rms(1, 512, wdt=F), rms(5, 256, out_dt=B),
     rms(3, 66, lo=(1, 1)), rms(2, 66), rms(4, 100, lo=(0, 2)),
-    # a warp a row of 2048 columns (16 groups of 4 a lane), and of 2052
-    rms(8, 2048), rms(9, 2052),
+    # a warp a row of 2048 columns (16 groups of 4 a lane: one chunk of loads), of 2052 (a
+    # second chunk of one group) and of 4104 (three chunks)
+    rms(8, 2048), rms(9, 2052), rms(16, 4104),
     # linear_partial, streaming path: each row block (1, 2, 4, 8, 16), two x chunks, clipped
     # tiles, several column passes, 17 and 64 rows, split-K chunks of x and w, float weights
     linear(1, 4096, 128), linear(2, 512, 96), linear(3, 512, 128), linear(4, 256, 300),

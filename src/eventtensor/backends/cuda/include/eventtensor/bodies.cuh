@@ -64,6 +64,11 @@ __device__ __forceinline__ long long et_off(const EtTileT<T>& t, int d, int i) {
     return (long long)(t.idx[d] ? t.idx[d][i] : i) * t.s[d];
 }
 
+// Bring the line of p into the SM's L1 (no wait).
+__device__ __forceinline__ void et_prefetch_l1(const void* p) {
+    asm volatile("prefetch.global.L1 [%0];" :: "l"(p));
+}
+
 // Bring a tile's cache lines into L2 (no wait): a task's input tiles (weights), loaded
 // before it waits on its events (stage.cuh). Threads me, me + step, ... of the caller's take
 // lines me, me + step, ...; 32-bit index math. (Not L1: the acquire that ends a wait

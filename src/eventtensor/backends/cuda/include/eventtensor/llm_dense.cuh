@@ -277,54 +277,85 @@ __device__ __forceinline__ void et_body_embedding(const EtTileT<W>& row, const E
 
 // rms_norm: out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w for the rows of x [n, E],
 // w [E], out [n, E]. Rows spread over the CTA (et_row_groups: one row uses all 8 warps, 8 rows
-// and more a warp each); a thread sums the squares of columns part, part + threads, ...
-// (groups of 4 columns with 16-byte loads when x, w and out allow), the group adds them up,
-// then each thread scales its columns, reading x again (an L1 hit).
+// and more a warp each); a thread takes columns part, part + threads, ...
+//
+// The fast path, for x, w and out of 16-byte loads of 4 columns (x and out rows xr and orr
+// apart): a thread's columns go in chunks of ET_NORM_QUADS groups of 4, each chunk's loads
+// issued together (Llama-3.2-1B's 2048 columns over a warp: one chunk), and w's lines are
+// prefetched into L1 meanwhile; after the group's sum of squares the scaling reads x and w
+// again, both from L1. Two rounds of loads a row, one of them from L1, instead of one memory
+// latency every few columns. Not inlined: its registers would count against every task of
+// the kernel's dispatch function.
+#define ET_NORM_QUADS 16
+template <typename X, typename W, typename O>
+__device__ __noinline__ void et_rms_norm_quads(const X* x, int xr, const W* w, O* out, int orr,
+                                               int rows, int cols, float eps) {
+    constexpr int Q = ET_NORM_QUADS;
+    const EtRowGroups g = et_row_groups(rows);
+    const int step = 4 * g.threads, span = Q * step;  // a chunk: Q quads of every thread
+    const float4 zero = {0.f, 0.f, 0.f, 0.f};
+    for (int it = 0; it < g.iters; ++it) {
+        const int r = it * g.groups + g.group;
+        const bool live = r < rows;
+        const X* xp = x + r * xr;
+        float ss = 0.f;
+        for (int base = 4 * g.part; live && base < cols; base += span) {
+            float4 v[Q];
+#pragma unroll
+            for (int q = 0; q < Q; ++q) {
+                const int c = base + q * step;
+                v[q] = c < cols ? et_load4(xp + c) : zero;
+                if (c < cols) et_prefetch_l1(w + c);
+            }
+#pragma unroll
+            for (int q = 0; q < Q; ++q)
+                ss += (v[q].x * v[q].x + v[q].y * v[q].y) + (v[q].z * v[q].z + v[q].w * v[q].w);
+        }
+        const float inv = rsqrtf(et_group_total(ss, g) / (float)cols + eps);
+        O* op = out + r * orr;
+        for (int base = 4 * g.part; live && base < cols; base += span) {
+            float4 v[Q], s[Q];
+#pragma unroll
+            for (int q = 0; q < Q; ++q) {
+                const int c = base + q * step;
+                v[q] = c < cols ? et_load4(xp + c) : zero;
+                s[q] = c < cols ? et_load4(w + c) : zero;
+            }
+#pragma unroll
+            for (int q = 0; q < Q; ++q) {
+                const int c = base + q * step;
+                if (c < cols)
+                    et_store4(op + c, {v[q].x * inv * s[q].x, v[q].y * inv * s[q].y,
+                                       v[q].z * inv * s[q].z, v[q].w * inv * s[q].w});
+            }
+        }
+    }
+}
+
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_body_rms_norm(const EtTileT<X>& x, const EtTileT<W>& w,
                                                  const EtTileT<O>& out, float eps) {
     const int rows = et_nrows(x), cols = et_cols(x);
+    if (et_quads(x) && et_quads(w) && et_quads(out) && x.rank <= 2 && w.rank == 1 &&
+        out.rank <= 2) {
+        et_rms_norm_quads(x.p, x.rank == 2 ? (int)x.s[0] : 0, w.p, out.p,
+                          out.rank == 2 ? (int)out.s[0] : 0, rows, cols, eps);
+        return;
+    }
     const EtRowGroups g = et_row_groups(rows);
-    const bool quads = et_quads(x) && et_quads(w) && et_quads(out) && x.rank <= 2 &&
-                       w.rank == 1 && out.rank <= 2;
-    const int xr = x.rank == 2 ? (int)x.s[0] : 0, orr = out.rank == 2 ? (int)out.s[0] : 0;
     for (int it = 0; it < g.iters; ++it) {
         const int r = it * g.groups + g.group;
         const bool live = r < rows;
         float ss = 0.f;
-        if (live && quads) {
-            const X* xp = x.p + r * xr;
-#pragma unroll 4
-            for (int c = 4 * g.part; c < cols; c += 4 * g.threads) {
-                const float4 v = et_load4(xp + c);
-                ss += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);
-            }
-        } else if (live) {
-            for (int c = g.part; c < cols; c += g.threads) {
-                const float v = et_to_float(x.p[et_lrc_off(x, 0, r, c)]);
-                ss += v * v;
-            }
+        for (int c = g.part; live && c < cols; c += g.threads) {
+            const float v = et_to_float(x.p[et_lrc_off(x, 0, r, c)]);
+            ss += v * v;
         }
         const float inv = rsqrtf(et_group_total(ss, g) / (float)cols + eps);
-        if (live && quads) {
-            const X* xp = x.p + r * xr;
-            O* op = out.p + r * orr;
-#pragma unroll 4
-            for (int c = 4 * g.part; c < cols; c += 4 * g.threads) {
-                float4 v = et_load4(xp + c);
-                const float4 s = et_load4(w.p + c);
-                v.x *= inv * s.x;
-                v.y *= inv * s.y;
-                v.z *= inv * s.z;
-                v.w *= inv * s.w;
-                et_store4(op + c, v);
-            }
-        } else if (live) {
-            for (int c = g.part; c < cols; c += g.threads)
-                out.p[et_lrc_off(out, 0, r, c)] = et_from_float<O>(
-                    et_to_float(x.p[et_lrc_off(x, 0, r, c)]) * inv *
-                    et_to_float(w.p[et_lrc_off(w, 0, 0, c)]));
-        }
+        for (int c = g.part; live && c < cols; c += g.threads)
+            out.p[et_lrc_off(out, 0, r, c)] = et_from_float<O>(
+                et_to_float(x.p[et_lrc_off(x, 0, r, c)]) * inv *
+                et_to_float(w.p[et_lrc_off(w, 0, 0, c)]));
     }
 }
 
