@@ -269,6 +269,23 @@ def test_fine_grained_events(name):
         * cfg.head_dim
 
 
+def test_kv_appends_follow_their_layers_attention_in_the_static_order():
+    """The KV-cache appends, which nothing waits on, come right after their layer's
+    attention tiles (their sibling: both read the RoPE) in the critical-path order, filling
+    the SMs that wait for the attention, not after the LM head at the end of every SM's
+    queue."""
+    from eventtensor.schedule import StaticTemplate, prepare
+    cfg = CONFIGS["tiny-llama"]
+    program = prepare(build_decode_program(cfg, MAX_BATCH, MAX_CONTEXT, TILES), "static")
+    names = [g.name for g in program.grids]
+    order = [names[g] for g in StaticTemplate(program, 4).order]
+    for layer in range(cfg.num_layers):
+        at = order.index(f"l{layer}_kv_append")
+        assert order[at - 1] == f"l{layer}_attn", order
+    last = [names[g] for g in StaticTemplate(program, 4, "critical_path_sinks_last").order]
+    assert last[-cfg.num_layers:] == [f"l{i}_kv_append" for i in range(cfg.num_layers)]
+
+
 NORM_TILES = DecodeTiles(rows=2, k_split=2, mlp_split=1, n_tile=32, ffn_tile=64,
                          vocab_tile=64, kv_chunk=16, norm_rows=1, residual_tile=32)
 
