@@ -329,15 +329,21 @@ def check_acyclic(tables: Tables) -> None:
         topological_order(tables)
 
 
+def grid_successors(preds: list[set[int]]) -> list[list[int]]:
+    """The successors of each grid, from the predecessor sets `preds`."""
+    succs: list[list[int]] = [[] for _ in preds]
+    for c, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(c)
+    return succs
+
+
 def grid_order(preds: list[set[int]], prio=None) -> list[int] | None:
     """Topological order of the grids (predecessor sets `preds`), highest `prio` first among
     ready ones, then program order; None if the grid graph has a cycle."""
     prio = np.zeros(len(preds)) if prio is None else prio
     indeg = [len(p) for p in preds]
-    succs: list[list[int]] = [[] for _ in preds]
-    for c, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(c)
+    succs = grid_successors(preds)
     heap = [(-prio[g], g) for g in range(len(preds)) if indeg[g] == 0]
     heapq.heapify(heap)
     out = []

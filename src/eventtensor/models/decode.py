@@ -112,7 +112,7 @@ class DecodeTiles:
     argmax_tile: int | None = None  # columns of a partial argmax (of V); None: vocab_tile
     kv_chunk: int = 64             # T: positions per attention tile
     mlp_split: int | None = None   # split-K of gate and up over E; None: k_split
-    norm_rows: int | None = None   # rows of an RMSNorm or residual tile; None: rows
+    norm_rows: int | None = None   # rows of an RMSNorm tile; None: rows
     rope_rows: int | None = None   # rows of a RoPE tile; None: rows
     residual_tile: int | None = None  # columns of a residual tile (of E); None: all of E
     residual_rows: int | None = None  # rows of a residual tile; None: norm_rows

@@ -29,7 +29,15 @@ import numpy as np
 
 from ..errors import ProgramError
 from ..ir import Program
-from ..lower import GUARDED, Tables, grid_coords, grid_graph, grid_order, task_predecessors
+from ..lower import (
+    GUARDED,
+    Tables,
+    grid_coords,
+    grid_graph,
+    grid_order,
+    grid_successors,
+    task_predecessors,
+)
 from ..vec import compile_exprs
 from .cost import CostModel, grid_costs
 
@@ -194,10 +202,7 @@ def _cat(parts: list[np.ndarray], empty) -> np.ndarray:
 
 
 def _longest_path(preds: list[set[int]], weight: np.ndarray) -> np.ndarray:
-    succs: list[list[int]] = [[] for _ in preds]
-    for c, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(c)
+    succs = grid_successors(preds)
     rank = np.zeros(len(preds))
     for g in reversed(_topo(preds)):
         rank[g] = weight[g] + max((rank[s] for s in succs[g]), default=0.0)
@@ -208,10 +213,7 @@ def _sinks_after_siblings(preds: list[set[int]], prio: np.ndarray) -> np.ndarray
     """`prio` with each sink grid (no successors) whose producers have other successors (its
     siblings) set just below the lowest of the siblings' priorities: in `grid_order` it
     then follows the last sibling, ahead of the grids that come after the siblings."""
-    succs: list[list[int]] = [[] for _ in preds]
-    for c, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(c)
+    succs = grid_successors(preds)
     out = prio.copy()
     for g, ps in enumerate(preds):
         siblings = [prio[s] for p in ps for s in succs[p] if s != g]
