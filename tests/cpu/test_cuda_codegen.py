@@ -308,7 +308,7 @@ def test_stage_ring_fits_the_ctas_of_an_sm():
 @pytest.mark.parametrize("knob, good, bad, refusal, too_big, ctas, room", [
     ("ET_LINEAR_ASYNC", 2, 1, "the one-row linear keeps 2 or 3 rounds", 2, 2, 87040),
     ("ET_ATTN_STREAM", 16, 8, "the attention's KV ring takes 16 or 32 words", 32, 2, 87040),
-    ("ET_LINEAR_MMA_RING", 4, 1, "the tensor-core linear's ring takes 2, 3 or 4 blocks of 16384 "
+    ("ET_LINEAR_MMA_RING", 8, 9, "the tensor-core linear's ring takes 2 to 8 blocks of 16384 "
      "bytes", 4, 3, 48128)])
 def test_rings_take_the_dynamic_shared_memory(knob, good, bad, refusal, too_big, ctas, room):
     """Each ring of the bodies' asynchronous copies (the one-row linear's rounds, the

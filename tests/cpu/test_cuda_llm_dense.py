@@ -532,9 +532,9 @@ def test_mma_x_rounded_to_bf16_matches_reference(mma_lo0_results, i):
 
 
 # et_linear_mma with its weight words through the thread's ring of blocks in shared memory
-# (ET_LINEAR_MMA_RING 2 and 4: k of 1 to 16 blocks, chunks cut short, clipped rows and
+# (ET_LINEAR_MMA_RING 2, 4, 5 and 8: k of 1 to 16 blocks, chunks cut short, clipped rows and
 # column tiles, more columns than a pass takes)
-@pytest.fixture(scope="module", params=[2, 4], ids=["ring2", "ring4"])
+@pytest.fixture(scope="module", params=[2, 4, 5, 8], ids=["ring2", "ring4", "ring5", "ring8"])
 def mma_ring_results(request, tmp_path_factory):
     return run_cases(tmp_path_factory.mktemp(f"mma_ring{request.param}"), MMA_CASES,
                      PRELUDE + f"#define ET_LINEAR_MMA_RING {request.param}\n")

@@ -35,6 +35,7 @@ KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_
 EARLY_KINDS = ("linear_partial",)
 ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
 MMA_RING_BLOCK_BYTES = 16384  # llm_dense.cuh ET_MMA_RING_BLOCK_BYTES: one block, a CTA
+MMA_RING_BLOCKS = tuple(range(2, 9))  # llm_dense.cuh ET_LINEAR_MMA_RING: blocks of the ring
 ATTN_STREAM_WORDS = (0, 16, 32)  # llm_attention.cuh ET_ATTN_STREAM: words a thread, 16 bytes
 ATTN_STREAM_WORD_BYTES = 16 * 256  # a word of ET_ATTN_STREAM over the 256 threads of a CTA
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
@@ -308,9 +309,10 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                          f"a thread (0: none), at most {stage_bytes(ctas_per_sm)} bytes a CTA "
                          f"with {ctas_per_sm} CTA(s) per SM")
     blocks = knobs.get("ET_LINEAR_MMA_RING", 0)
-    if blocks not in (0, 2, 3, 4) or blocks * MMA_RING_BLOCK_BYTES > room:
+    if blocks not in (0, *MMA_RING_BLOCKS) or blocks * MMA_RING_BLOCK_BYTES > room:
         raise ValueError(f"knob ET_LINEAR_MMA_RING={blocks}: the tensor-core linear's ring "
-                         f"takes 2, 3 or 4 blocks of {MMA_RING_BLOCK_BYTES} bytes (0: none), "
+                         f"takes {MMA_RING_BLOCKS[0]} to {MMA_RING_BLOCKS[-1]} blocks of "
+                         f"{MMA_RING_BLOCK_BYTES} bytes (0: none), "
                          f"at most {room} bytes a CTA with {ctas_per_sm} CTA(s) per SM")
     if knobs.get("ET_LINEAR_EARLY", 0) and not (rounds or blocks):
         raise ValueError(f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: the early weight "

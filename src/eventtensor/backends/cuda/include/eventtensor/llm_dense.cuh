@@ -863,7 +863,7 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
 #define ET_LINEAR_MMA_LO 1
 #endif
 
-// ET_LINEAR_MMA_RING = D (0: off; 2, 3 or 4): the tensor-core path's weight words through a
+// ET_LINEAR_MMA_RING = D (0: off; 2 to 8): the tensor-core path's weight words through a
 // ring of D blocks in dynamic shared memory (a block: the NT words a thread takes for 32 of
 // k, ET_MMA_RING_BLOCK_BYTES a CTA). Each thread copies its own words with cp.async D - 1
 // blocks ahead of the block its MMAs take and reads back only what it copied (no barrier:
@@ -874,8 +874,8 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
 #define ET_LINEAR_MMA_RING 0
 #endif
 #define ET_MMA_RING_BLOCK_BYTES 16384  // NT (4) words x 256 threads x 16 bytes
-static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_MMA_RING <= 4),
-              "ET_LINEAR_MMA_RING takes 0 (off) or 2 to 4 blocks");
+static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_MMA_RING <= 8),
+              "ET_LINEAR_MMA_RING takes 0 (off) or 2 to 8 blocks");
 
 // This thread's weight words in the pass of et_linear_mma from column p0 (its mapping: warp
 // w's tiles of 8 rows from p0 + 8 (w + warps t), t < 4; lane 4 r + q the word of row r at k
