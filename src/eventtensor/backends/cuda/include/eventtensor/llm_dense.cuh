@@ -939,7 +939,10 @@ __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const Et
 // or, with ET_LINEAR_MMA_RING, the next blocks' in the ring. Accumulators
 // in float; k a multiple of 32, x rows 16-byte aligned with unit column stride, w's rows
 // whole words. Barriers: two a chunk (uniform: chunks depend on k, passes on the columns).
-template <int MT, typename O>
+// SCALED (norm_linear_partial): x[r, t] times et_norm_scales()[g.r0 + r] and
+// [ET_NORM_ROWS + t] as a chunk is staged (after its loads landed, so that they stay in
+// flight during the chunk before).
+template <int MT, bool SCALED, typename O>
 __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* out,
                                            EtLinear g) {
     constexpr bool HINT = ET_WEIGHTS_EVICT_FIRST;
@@ -960,17 +963,39 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     // this thread's fragments f = threadIdx.x + 256 i of a chunk: ((b * 2 + h) * MT + mt) * 32
     // + lane, x rows 16 mt + g and + 8 at k 32 b + 8 q + 4 h of the chunk
     float4 xa[PER][2];
+    auto frag_at = [&](int i, int c, int& r, int& k0) {  // fragment i's x row g and k
+        const int f = (int)threadIdx.x + 256 * i, fl = f & 31, rest = f >> 5;
+        const int mt = rest % MT, bh = rest / MT, b = bh >> 1, h = bh & 1;
+        r = 16 * mt + (fl >> 2), k0 = 32 * (KB * c + b) + 8 * (fl & 3) + 4 * h;
+    };
     auto load_x = [&](int c) {
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
-            const int f = (int)threadIdx.x + 256 * i, fl = f & 31, rest = f >> 5;
-            const int mt = rest % MT, bh = rest / MT, b = bh >> 1, h = bh & 1;
-            const int r = 16 * mt + (fl >> 2), k0 = 32 * (KB * c + b) + 8 * (fl & 3) + 4 * h;
+            int r, k0;
+            frag_at(i, c, r, k0);
             xa[i][0] = r < g.rows && k0 < g.k ? et_load4(x + r * g.xr + k0) : zero;
             xa[i][1] = r + 8 < g.rows && k0 < g.k ? et_load4(x + (r + 8) * g.xr + k0) : zero;
         }
     };
-    auto stage_x = [&]() {
+    auto scale_x = [&](int c) {  // SCALED: the loaded x of chunk c times its norm scales
+        const float* sc = et_norm_scales();
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            int r, k0;
+            frag_at(i, c, r, k0);
+            if (k0 >= g.k) continue;  // zeros stay zeros (the scratch past k is not set)
+            const float4 cs = *reinterpret_cast<const float4*>(sc + ET_NORM_ROWS + k0);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                if (r + 8 * e >= g.rows) continue;
+                const float rs = sc[g.r0 + r + 8 * e];
+                float4& v = xa[i][e];
+                v.x *= rs * cs.x, v.y *= rs * cs.y, v.z *= rs * cs.z, v.w *= rs * cs.w;
+            }
+        }
+    };
+    auto stage_x = [&](int c) {
+        if constexpr (SCALED) scale_x(c);
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
             unsigned hi0[2], lo0[2], hi1[2], lo1[2];
@@ -1031,7 +1056,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
 #pragma unroll 1
         for (int c = 0; c < chunks; ++c) {
             __syncthreads();  // every warp done with the fragments of the chunk before
-            stage_x();
+            stage_x(c);
             __syncthreads();
             if (c + 1 < chunks) {  // the next chunk's x (and words) in flight during these MMAs
                 if constexpr (RING == 0) load_w(nxt, c + 1);
@@ -1129,17 +1154,18 @@ __device__ __forceinline__ bool et_one_pass_row(int k) {
 template <bool SCALED = false, typename X, typename W, typename O>
 __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
     const int rows = g.rows;
-    if constexpr (!SCALED && ET_LINEAR_MMA_BUILT)
+    if constexpr (ET_LINEAR_MMA_BUILT)
         if (et_mma_ok(x, w, g)) {
 #pragma unroll 1
             for (int r0 = 0; r0 < rows; r0 += 64) {
                 EtLinear b = g;
                 b.rows = rows - r0 < 64 ? rows - r0 : 64;
+                b.r0 = g.r0 + r0;
                 const float* xb = reinterpret_cast<const float*>(x) + r0 * g.xr;
                 const et_bf16* wb = reinterpret_cast<const et_bf16*>(w);
-                if (b.rows <= 16) et_linear_mma<1>(xb, wb, out + r0 * g.dr, b);
-                else if (b.rows <= 32) et_linear_mma<2>(xb, wb, out + r0 * g.dr, b);
-                else et_linear_mma<4>(xb, wb, out + r0 * g.dr, b);
+                if (b.rows <= 16) et_linear_mma<1, SCALED>(xb, wb, out + r0 * g.dr, b);
+                else if (b.rows <= 32) et_linear_mma<2, SCALED>(xb, wb, out + r0 * g.dr, b);
+                else et_linear_mma<4, SCALED>(xb, wb, out + r0 * g.dr, b);
             }
             return;
         }
