@@ -541,11 +541,20 @@ def test_mma_x_rounded_to_bf16_matches_reference(mma_lo0_results, i):
 
 # et_linear_mma with its weight words through the thread's ring of blocks in shared memory
 # (ET_LINEAR_MMA_RING 2, 4, 5 and 8: k of 1 to 16 blocks, chunks cut short, clipped rows and
-# column tiles, more columns than a pass takes)
-@pytest.fixture(scope="module", params=[2, 4, 5, 8], ids=["ring2", "ring4", "ring5", "ring8"])
+# column tiles, more columns than a pass takes), and with a block's MMAs in the spread order
+# (ET_LINEAR_MMA_SPREAD) beside the ring of 4
+MMA_RING_VARIANTS = {"ring2": "#define ET_LINEAR_MMA_RING 2\n",
+                     "ring4": "#define ET_LINEAR_MMA_RING 4\n",
+                     "ring5": "#define ET_LINEAR_MMA_RING 5\n",
+                     "ring8": "#define ET_LINEAR_MMA_RING 8\n",
+                     "ring4_spread": "#define ET_LINEAR_MMA_RING 4\n"
+                                     "#define ET_LINEAR_MMA_SPREAD 1\n"}
+
+
+@pytest.fixture(scope="module", params=list(MMA_RING_VARIANTS))
 def mma_ring_results(request, tmp_path_factory):
-    return run_cases(tmp_path_factory.mktemp(f"mma_ring{request.param}"), MMA_CASES,
-                     PRELUDE + f"#define ET_LINEAR_MMA_RING {request.param}\n")
+    return run_cases(tmp_path_factory.mktemp(f"mma_{request.param}"), MMA_CASES,
+                     PRELUDE + MMA_RING_VARIANTS[request.param])
 
 
 @needs_cxx
@@ -687,7 +696,10 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
 @pytest.mark.parametrize("defines, spill", [([], 0), (["-DET_WEIGHTS_EVICT_FIRST=1"], 8),
                                             (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8"], 32),
                                             (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
-                                              "-DET_LINEAR_MMA_RING=4"], 32)])
+                                              "-DET_LINEAR_MMA_RING=4"], 32),
+                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
+                                              "-DET_LINEAR_MMA_RING=8",
+                                              "-DET_LINEAR_MMA_SPREAD=1"], 32)])
 def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
     spills registers; with weights loaded evict-first (an opt-in knob), at most 8 bytes in

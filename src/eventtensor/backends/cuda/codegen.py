@@ -28,8 +28,8 @@ GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
          "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
          "ET_PREFETCH_OWN", "ET_PREFETCH_BULK", "ET_LINEAR_MMA", "ET_LINEAR_MMA_LO",
-         "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY", "ET_LINEAR_MMA_RING",
-         "ET_ATTN_STREAM")
+         "ET_LINEAR_MMA_SPREAD", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY",
+         "ET_LINEAR_MMA_RING", "ET_ATTN_STREAM")
 # task kinds with an early part, run before their waits where ET_LINEAR_EARLY is set
 # (llm_dense.cuh et_early_<kind>, the body's arguments)
 EARLY_KINDS = ("linear_partial",)

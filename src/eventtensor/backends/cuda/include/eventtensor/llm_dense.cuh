@@ -863,6 +863,16 @@ __device__ __forceinline__ void et_split_bf16(const float4 v, unsigned (&hi)[2],
 #define ET_LINEAR_MMA_LO 1
 #endif
 
+// The order of a block's MMAs (knob ET_LINEAR_MMA_SPREAD): 0, each accumulator's hi and lo
+// MMAs back to back (the lo one waits for the hi one's result); 1, the hi MMAs of every
+// accumulator, then the lo ones, so that consecutive MMAs are independent. Each accumulator
+// sums its products in the same order either way: the same bits.
+#ifndef ET_LINEAR_MMA_SPREAD
+#define ET_LINEAR_MMA_SPREAD 0
+#endif
+static_assert(ET_LINEAR_MMA_SPREAD == 0 || ET_LINEAR_MMA_SPREAD == 1,
+              "ET_LINEAR_MMA_SPREAD takes 0 or 1");
+
 // ET_LINEAR_MMA_RING = D (0: off; 2 to 8): the tensor-core path's weight words through a
 // ring of D blocks in dynamic shared memory (a block: the NT words a thread takes for 32 of
 // k, ET_MMA_RING_BLOCK_BYTES a CTA). Each thread copies its own words with cp.async D - 1
@@ -1025,7 +1035,28 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         float acc[MT][NT][4] = {};
         auto mma_block = [&](const EtWord16 (&words)[NT], int b) {  // block b of the chunk
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            for (int h = 0; h < 2; ++h) {
+                if constexpr (ET_LINEAR_MMA_SPREAD) {
+                    EtWord16 ah[MT], al[MT];
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        const int f = ((b * 2 + h) * MT + mt) * 32 + lane;
+                        ah[mt] = frag_hi[f];
+                        if constexpr (ET_LINEAR_MMA_LO) al[mt] = frag_lo[f];
+                    }
+#pragma unroll
+                    for (int part = 0; part < (ET_LINEAR_MMA_LO ? 2 : 1); ++part)
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                            for (int t = 0; t < NT; ++t) {
+                                if (!tile[t]) continue;
+                                const unsigned bw[2] = {words[t].u[2 * h],
+                                                        words[t].u[2 * h + 1]};
+                                et_mma_bf16(acc[mt][t], part ? al[mt].u : ah[mt].u, bw);
+                            }
+                    continue;
+                }
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     const int f = ((b * 2 + h) * MT + mt) * 32 + lane;
@@ -1039,6 +1070,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                         if constexpr (ET_LINEAR_MMA_LO) et_mma_bf16(acc[mt][t], al.u, bw);
                     }
                 }
+            }
         };
         EtWord16 cur[RING > 0 ? 1 : KB][NT], nxt[RING > 0 ? 1 : KB][NT] = {};  // no ring
         if constexpr (RING > 0) {  // the first RING - 1 blocks (issued early, or now)
