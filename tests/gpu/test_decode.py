@@ -94,15 +94,22 @@ def test_tiny_one_kv_chunk_matches_reference(name):
                                                             "kv_chunk=96"))
 
 
+@pytest.mark.parametrize("tiles, knobs", [
+    ("", {}),
+    (",fold_norm=1,residual_tile=32", {"ET_LINEAR_MMA_SPREAD": 1, "ET_LINEAR_MMA_RING": 8})],
+    ids=["plain", "folded_spread_ring8"])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
-def test_tiny_tensor_core_linears_match_reference(name):
+def test_tiny_tensor_core_linears_match_reference(name, tiles, knobs):
     """Every linear on tensor cores (ET_LINEAR_MMA=1; unsplit q/k/v, gate and up, so that
-    each K-slice is a multiple of 32)."""
+    each K-slice is a multiple of 32); and so with the norms folded into the projections
+    (fold_norm: their x scaled as it is staged), a block's MMAs in the spread order
+    (ET_LINEAR_MMA_SPREAD) and a ring of 8 weight blocks."""
     from eventtensor.models.decode import tiles_with
     from eventtensor.models.gpu_decode import gpu_tiles
-    _tiny_steps_match_reference(name, 8, 3, tiles=tiles_with(gpu_tiles(get_config(name), 4),
-                                                            "k_split=1,mlp_split=1"),
-                                knobs={"ET_LINEAR_MMA": 1})
+    _tiny_steps_match_reference(name, 8, 3,
+                                tiles=tiles_with(gpu_tiles(get_config(name), 4),
+                                                 "k_split=1,mlp_split=1" + tiles),
+                                knobs={"ET_LINEAR_MMA": 1, **knobs})
 
 
 @pytest.mark.parametrize("ring", [3072, 5120, 65536])
