@@ -82,8 +82,15 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # 3.435 / 7.039 to 3.138 / 6.800 ms at B = 16 / 64 (B = 1, whose linears are on CUDA cores,
 # 1.93 / 1.89 ms); the ring's first blocks issued before the task's waits (ET_LINEAR_EARLY)
 # gained nothing (3.209 / 6.780 ms; benchmarks/results/mma_ring/decode_tiles_73b62b0.md).
+# A block's MMAs in the spread order (ET_LINEAR_MMA_SPREAD: every accumulator's hi MMA, then
+# the lo ones): on an H100, 2.106 / 2.959 / 6.481 to 2.106 / 2.911 / 6.208 ms at B = 1 / 16 /
+# 64, the same logits; a ring of 8 blocks instead of 4 was slower (2.161 / 3.113 / 6.784 ms,
+# with the spread order 6.487 ms at B = 64), and so were 2 or 3 rounds of the one-row
+# linear's weights in shared memory (ET_LINEAR_ASYNC: 2.080 / 3.016 / 6.563 and 2.314 /
+# 3.213 / 6.742 ms; benchmarks/results/mma_ring/decode_tiles_ab00c3d_h100.md).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
-                "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16, "ET_LINEAR_MMA_RING": 4}
+                "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16, "ET_LINEAR_MMA_RING": 4,
+                "ET_LINEAR_MMA_SPREAD": 1}
 
 
 def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:

@@ -615,6 +615,31 @@ def _dd_edges(g: _Gen, grid: TaskGrid, kind: str) -> list[Edge]:
             if kind == "trigger" or e.map.is_data_dependent]
 
 
+def _trigger_search(g: _Gen, grid: TaskGrid, ev: EventDecl, span: Span,
+                    indent: str) -> list[str]:
+    """Lines setting `found` to the element of `ev` whose trigger range (`span`, in the
+    element's coordinates) holds task c of 1-D `grid`, -1 if none. The ranges are disjoint
+    (the interpreter rejects overlaps), so the search stops at the first hit; it starts at
+    the element a proportional guess names (c * elements / tasks: the one, where each element
+    releases an equal share of the grid in order, as the decode step's plan rows do) and
+    goes on round the others, so that the common case reads one range instead of all."""
+    c, n = f"c_{grid.axes[0]}", g.size(ev.shape)
+    out = [f"{indent}int found = -1;",
+           f"{indent}const long long n_el = {n}, n_tasks = {g.size(grid.extent)};",
+           f"{indent}long long e = n_tasks > 0 && {c} < n_tasks ? {c} * n_el / n_tasks : 0;",
+           f"{indent}for (long long i = 0; i < n_el; ++i, e = e + 1 == n_el ? 0 : e + 1) {{",
+           f"{indent}    long long r = e;"]
+    for k in reversed(range(len(ev.shape))):
+        size = g.c(ev.shape[k])
+        out.append(f"{indent}    const long long e{k} = r % ({size}); r /= ({size});")
+    out += [f"{indent}    const long long lo = {g.value(span.start, g.event_ren(ev))}, "
+            f"hi = {g.value(span.stop, g.event_ren(ev))};",
+            f"{indent}    if ({c} >= lo && {c} < hi) {{",
+            f"{indent}        found = (int)({g.event_base(ev.name)} + e);",
+            f"{indent}        break;", f"{indent}    }}", f"{indent}}}"]
+    return out
+
+
 def _extra_waits(g: _Gen) -> list[str]:
     def case(grid: TaskGrid, ren):
         waits, trig = _dd_edges(g, grid, "wait"), _dd_edges(g, grid, "trigger")
@@ -627,16 +652,11 @@ def _extra_waits(g: _Gen) -> list[str]:
                                      ["if (!et_wait_elem(A, task.id, x)) return 0;"], "        ")
         for e in trig:
             ev = g.p.event(e.event)
-            eren = g.event_ren(ev)
             span = e.map.dims[0]
             assert isinstance(span, Span)
-            lines.append(f"        {{  // trigger {e.event} -> {e.map}: find the element")
-            lines.append("            int found = -1;")
-            body = [f"const long long lo = {g.value(span.start, eren)}, "
-                    f"hi = {g.value(span.stop, eren)};",
-                    f"if (c_{grid.axes[0]} >= lo && c_{grid.axes[0]} < hi) found = x;"]
-            lines += g.all_elements(ev, body, "            ")
-            lines += ["            if (found < 0) return 2;  // guarded",
+            lines += [f"        {{  // trigger {e.event} -> {e.map}: find the element",
+                      *_trigger_search(g, grid, ev, span, "            "),
+                      "            if (found < 0) return 2;  // guarded",
                       "            if (!et_wait_elem(A, task.id, found)) return 0;", "        }"]
         return f"task grid {grid.name}", lines
 
