@@ -267,11 +267,12 @@ __device__ __forceinline__ u64 et_poll(const u64* counter) {
 
 // Thread 0 only: spin until the counter satisfies the wait (`et_satisfied`); the poll that
 // sees it (an acquire load), or with relaxed polls an acquire fence after it, orders the
-// CTA's later reads after the producers' writes (ET_ACQUIRE_POLLS). With `nest` set (hybrid
-// mode), a blocked wait polls the device queue too and returns ET_WAIT_NEST with the popped
-// task in *nest. `v`: the wait's first poll of the counter.
+// CTA's later reads after the producers' writes (ET_ACQUIRE_POLLS). With `fence` false the
+// caller makes that fence itself (one after several waits: see et_wait_task). With `nest`
+// set (hybrid mode), a blocked wait polls the device queue too and returns ET_WAIT_NEST with
+// the popped task in *nest. `v`: the wait's first poll of the counter.
 __device__ int et_wait_seen(const long long* A, int x, int shift, long long count,
-                            long long task, int* nest, u64 v) {
+                            long long task, int* nest, u64 v, bool fence = true) {
     u64* counter = &ET_COUNTER[x];
     if (!et_satisfied(v, shift, count)) {
         const u64 start = et_globaltimer();
@@ -294,7 +295,7 @@ __device__ int et_wait_seen(const long long* A, int x, int shift, long long coun
             if (sleepy) et_nanosleep(ET_SLEEP_NS);
         }
     }
-    if (!ET_ACQUIRE_POLLS) et_fence_acquire();
+    if (!ET_ACQUIRE_POLLS && fence) et_fence_acquire();
     return ET_WAIT_OK;
 }
 __device__ __forceinline__ int et_wait(const long long* A, int x, int shift, long long count,
@@ -367,10 +368,13 @@ struct EtView {
 // table wait was interrupted by the dynamic task in *nest (hybrid; wait again after it).
 // The first polls of ET_POLL_BATCH table waits go out together (satisfied waits cost one
 // round trip between them, not one each); then the waits are checked in table order, each
-// spinning until satisfied, so that a runtime wait count (static mode; such waits come
-// last) is read after the acquire that ends the waits before it.
+// spinning until satisfied. With relaxed polls one acquire fence follows them all (a fence
+// a wait cost the tasks with many, such as a projection waiting on the attention of 64
+// rows, tens of µs), and one before any runtime wait count (static mode; such waits come
+// last), so that the count is read after an acquire that covers the waits before it.
 #define ET_POLL_BATCH 8
 __device__ int et_wait_task(const long long* A, const EtView& v, int* nest) {
+    bool unfenced = false;  // satisfied waits not yet followed by an acquire fence
     for (int i0 = 0; i0 < v.num_waits; i0 += ET_POLL_BATCH) {
         u64 seen[ET_POLL_BATCH];
 #pragma unroll
@@ -382,11 +386,18 @@ __device__ int et_wait_task(const long long* A, const EtView& v, int* nest) {
             if (i0 + k >= v.num_waits) break;
             const int2 w = v.waits[i0 + k];
             const int x = w.x & ET_ELEM_MASK;
+            if (w.y < 0 && unfenced) {  // a count read from memory: after an acquire
+                et_fence_acquire();
+                unfenced = false;
+            }
             const int r = et_wait_seen(A, x, (w.x & ET_EARLY_BIT) ? 16 : 0,
-                                       et_wait_count(A, x, w.y), v.task.id, nest, seen[k]);
+                                       et_wait_count(A, x, w.y), v.task.id, nest, seen[k],
+                                       false);
             if (r != ET_WAIT_OK) return r;
+            unfenced = !ET_ACQUIRE_POLLS;
         }
     }
+    if (unfenced) et_fence_acquire();
     const int ok = et_extra_waits(A, v.task);
     if (ok == 2)
         for (int i = ET_SKIP_PTR[v.task.id]; i < ET_SKIP_PTR[v.task.id + 1]; ++i)
