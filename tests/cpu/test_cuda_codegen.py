@@ -1,4 +1,7 @@
 """Every generated megakernel compiles with NVRTC for sm_90a (no GPU needed)."""
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -23,6 +26,7 @@ from eventtensor.passes import run_pipeline
 from eventtensor.schedule import lower, prepare
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings not installed")
+CXX = shutil.which("g++") or shutil.which("c++")
 
 
 @pytest.fixture(autouse=True)
@@ -362,3 +366,76 @@ def test_compile_many_fills_the_cache_in_parallel():
     assert not any(c.cached for c in first) and all(c.cubin[:4] == b"\x7fELF" for c in first)
     again = [compile_source(src, name) for src, name in kernels]
     assert all(c.cached for c in again) and [c.cubin for c in again] == [c.cubin for c in first]
+
+
+def trigger_program(elements: int, tasks: int):
+    """Grid p notifies E[k]; E[k] releases tasks lo[k]:hi[k] of grid c (`tasks` of them)."""
+    pb = ProgramBuilder("triggers")
+    pb.input("A", (tasks, 4))
+    pb.input("lo", (elements,), "int32")
+    pb.input("hi", (elements,), "int32")
+    pb.output("o", (tasks, 1))
+    pb.event("E", (elements,))
+    pb.grid("p", "nop", "k", (elements,), notify={"E": "k->k"})
+    pb.grid("c", "row_sum", "i", (tasks,), reads={"A": "i, :"}, writes={"o": "i, :"})
+    pb.trigger("E", "c", "k->lo[k]:hi[k]")
+    return pb.build()
+
+
+def _c_block(src: str, start: str, end: str) -> str:
+    """The text of `src` from the line starting with `start` through the first `end`."""
+    i = src.index(start)
+    return src[i:src.index(end, i) + len(end)]
+
+
+@pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
+def test_trigger_search_finds_the_range_of_every_task(tmp_path):
+    """The static kernel's trigger search (et_extra_waits, from a proportional guess round the
+    elements), compiled for the host: for disjoint ranges in element order, in reverse, in a
+    random order, of unequal lengths, empty ones and tasks in no range among them, each task
+    of the triggered grid waits on the one element whose range holds it, else is guarded."""
+    elements, tasks = 6, 24
+    p = prepare(trigger_program(elements, tasks), "static")
+    src = generate(p, "static")
+    func = _c_block(src, "__device__ int et_extra_waits(", "\n}\n")
+    table = ("" if "et_extra_waits_tensors" not in src else
+             _c_block(src, "__constant__ short et_extra_waits_tensors", "};\n"))
+    tensor = {t.name: i for i, t in enumerate(p.tensors)}
+    base = sum(int(np.prod(e.shape)) for e in p.events[:[e.name for e in p.events].index("E")])
+    grid = [g.name for g in p.grids].index("c")
+    rng = np.random.default_rng(3)
+    cases = [([4 * k for k in range(6)], [4 * k + 4 for k in range(6)]),        # equal shares
+             ([20 - 4 * k for k in range(6)], [24 - 4 * k for k in range(6)])]  # reversed
+    for _ in range(6):  # cuts of 0..24 into ranges (empty ones, gaps) given in a random order
+        cuts = np.sort(rng.integers(0, tasks + 1, 2 * elements))
+        order = rng.permutation(elements)
+        cases.append((cuts[0::2][order].tolist(), cuts[1::2][order].tolist()))
+    def c_rows(i):  # the lo (0) or hi (1) arrays of the cases as a C initialiser
+        return ", ".join("{" + ", ".join(map(str, c[i])) + "}" for c in cases)
+
+    main = [f"int lo[{len(cases)}][{elements}] = {{{c_rows(0)}}};",
+            f"int hi[{len(cases)}][{elements}] = {{{c_rows(1)}}};",
+            f"for (int d = 0; d < {len(cases)}; ++d) {{",
+            f"    g_t[{tensor['lo']}] = (long long)lo[d]; g_t[{tensor['hi']}] = (long long)hi[d];",
+            f"    for (int t = 0; t < {tasks}; ++t) {{",
+            f"        EtTask task{{t, {{{grid}, 0, 0, 0}}, {{0, t, 0, 0}}}};",
+            "        g_found = -1;",
+            "        const int r = et_extra_waits(nullptr, task);",
+            '        std::printf("%d %d\\n", r, g_found);', "    }", "}"]
+    (tmp_path / "main.cpp").write_text("\n".join([
+        "#include <cstdio>", "#define __device__", "#define __constant__ static",
+        "struct int4 { int x, y, z, w; };", "struct EtTask { int id; int4 a, b; };",
+        "static long long g_t[64], g_sym[8];", "static int g_found;",
+        "#define ET_TENSOR(i) (g_t[i])", "#define ET_SYM(i) (g_sym[i])",
+        "static bool et_wait_elem(const long long*, int, int x) { g_found = x; return true; }",
+        table, func, "int main() {", *main, "}", ""]))
+    subprocess.run([CXX, "-std=c++17", "-O1", str(tmp_path / "main.cpp"), "-o",
+                    str(tmp_path / "main")], check=True, capture_output=True, timeout=120)
+    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split("\n")
+    for d, (lo, hi) in enumerate(cases):
+        for t in range(tasks):
+            holders = [k for k in range(elements) if lo[k] <= t < hi[k]]
+            assert len(holders) <= 1
+            want = f"1 {base + holders[0]}" if holders else "2 -1"
+            assert out[d * tasks + t] == want, (lo, hi, t)
