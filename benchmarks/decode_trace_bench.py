@@ -78,6 +78,20 @@ def profile_tasks(program, bound, prof) -> list[tuple[str, float, float]]:
              (prof.tasks[t, 5] - t0) / 1e3) for t in prof.ran]
 
 
+def element_done(tables, prof) -> tuple[np.ndarray, np.ndarray]:
+    """Per event element of a profiled launch: when its last notify was issued (ns, 0 if
+    none) and the task that issued it (-1 if none)."""
+    notified = prof.tasks[:, 5].astype(np.float64)
+    ne, nt = tables.notify_elem, np.repeat(np.arange(len(tables.notify_ptr) - 1),
+                                           np.diff(tables.notify_ptr))
+    done_at = np.zeros(tables.bound.num_elements)
+    last_by = np.full(tables.bound.num_elements, -1)
+    order = np.argsort(notified[nt], kind="stable")      # later notifies overwrite earlier
+    done_at[ne[order]] = notified[nt[order]]
+    last_by[ne[order]] = nt[order]
+    return done_at, last_by
+
+
 def stall_summary(tables, prof, kinds: list[str]) -> dict:
     """Where the CTAs' time goes in a profiled launch (`Megakernel.profile`), in µs summed over
     the CTAs: task bodies (waits satisfied to the barrier after the body), waiting on events
@@ -86,14 +100,8 @@ def stall_summary(tables, prof, kinds: list[str]) -> dict:
     Event waits are also split by the kind of the producer that notified last, and the rest
     by the kind of the waiting task. `kinds[t]`: the kind of task t."""
     ran, tasks, sm = prof.ran, prof.tasks, prof.sm
-    fetched, waited, barrier, notified = (tasks[:, k].astype(np.float64) for k in (0, 1, 3, 5))
-    ne, nt = tables.notify_elem, np.repeat(np.arange(len(tables.notify_ptr) - 1),
-                                           np.diff(tables.notify_ptr))
-    done_at = np.zeros(tables.bound.num_elements)
-    last_by = np.full(tables.bound.num_elements, -1)
-    order = np.argsort(notified[nt], kind="stable")      # later notifies overwrite earlier
-    done_at[ne[order]] = notified[nt[order]]
-    last_by[ne[order]] = nt[order]
+    fetched, waited, barrier = (tasks[:, k].astype(np.float64) for k in (0, 1, 3))
+    done_at, last_by = element_done(tables, prof)
     out = {"body_us": 0.0, "event_us": 0.0, "other_us": 0.0,
            "event_by_producer": defaultdict(float), "other_by_task": defaultdict(float)}
     for s_ in np.unique(sm[ran]):
@@ -119,43 +127,55 @@ def stall_summary(tables, prof, kinds: list[str]) -> dict:
     return out
 
 
-def layer_stages(tasks: list[tuple[str, float, float, float, float]], layer: int) -> list[dict]:
+def layer_stages(tasks: list[tuple[str, float, float, float, float, float]],
+                 layer: int) -> list[dict]:
     """The task grids of decode layer `layer` (names `l<layer>_...`) in the order their first
-    body starts, from (grid, body start µs, body end µs, setup µs, publish µs) of each task:
-    its tasks, first start, last end, the span between and the mean body, setup (from the
-    waits satisfied to thread 0 entering the body with the tile views built) and publish
-    (from the barrier after the body to its notifies issued: the release fence, held-back
-    notifies)."""
+    body starts, from (grid, body start µs, body end µs, setup µs, publish µs, ready µs) of
+    each task: its tasks, first start, last end, the span between and the mean body, setup
+    (from the waits satisfied to thread 0 entering the body with the tile views built),
+    publish (from the barrier after the body to its notifies issued: the release fence,
+    held-back notifies) and ready (from the later of the task's fetch and its last waited
+    element's notify to its waits satisfied: polls, fences, data-dependent waits, triggers)."""
+    fields = ("setup", "publish", "ready")
     rows: dict[str, dict] = {}
-    for grid, start, end, setup, publish in tasks:
+    for grid, start, end, *parts in tasks:
         if not grid.startswith(f"l{layer}_"):
             continue
         r = rows.setdefault(grid, {"grid": grid, "tasks": 0, "start_us": start,
-                                   "end_us": end, "body_sum": 0.0, "setup_sum": 0.0,
-                                   "publish_sum": 0.0})
+                                   "end_us": end, "body_sum": 0.0,
+                                   **{f"{f}_sum": 0.0 for f in fields}})
         r["tasks"] += 1
         r["start_us"], r["end_us"] = min(r["start_us"], start), max(r["end_us"], end)
         r["body_sum"] += end - start
-        r["setup_sum"] += setup
-        r["publish_sum"] += publish
+        for f, v in zip(fields, parts):
+            r[f"{f}_sum"] += v
     out = []
     for r in sorted(rows.values(), key=lambda r: r["start_us"]):
         n = r.pop("tasks")
         out.append({**{k: v for k, v in r.items() if not k.endswith("_sum")}, "tasks": n,
                     "span_us": r["end_us"] - r["start_us"], "body_us": r["body_sum"] / n,
-                    "setup_us": r["setup_sum"] / n, "publish_us": r["publish_sum"] / n})
+                    **{f"{f}_us": r[f"{f}_sum"] / n for f in fields}})
     return out
 
 
-def stage_rows(program, bound, prof) -> list[tuple[str, float, float, float, float]]:
-    """(grid, body start, body end, setup, publish) in µs (the first two from the first
-    fetch) of every task a profiled launch ran (as `profile_tasks`; see layer_stages)."""
+def stage_rows(program, tables, prof) -> list[tuple[str, float, float, float, float, float]]:
+    """(grid, body start, body end, setup, publish, ready) in µs (the first two from the
+    first fetch) of every task a profiled launch of `tables` ran (as `profile_tasks`; see
+    layer_stages)."""
     t0 = first_fetch(prof)
+    bound = tables.bound
     names = [program.grids[g].name for g in bound.task_grid]
     tk = prof.tasks.astype(np.int64)
-    return [(names[t], (tk[t, 1] - t0) / 1e3, (tk[t, 3] - t0) / 1e3,
-             max(0, int(prof.entered[t]) - int(tk[t, 1])) / 1e3,
-             max(0, int(tk[t, 5] - tk[t, 3])) / 1e3) for t in prof.ran]
+    done_at, _ = element_done(tables, prof)
+    rows = []
+    for t in prof.ran:
+        w = tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]]
+        ready = max(float(tk[t, 0]), float(done_at[w].max()) if w.size else 0.0)
+        rows.append((names[t], (tk[t, 1] - t0) / 1e3, (tk[t, 3] - t0) / 1e3,
+                     max(0, int(prof.entered[t]) - int(tk[t, 1])) / 1e3,
+                     max(0, int(tk[t, 5] - tk[t, 3])) / 1e3,
+                     max(0.0, float(tk[t, 1]) - ready) / 1e3))
+    return rows
 
 
 def markdown(meta: dict, results: list[dict]) -> str:
@@ -189,14 +209,16 @@ def markdown(meta: dict, results: list[dict]) -> str:
                          f"{'' if b[1] is None else f'{b[1]:.0f}'} |")
         if r.get("layer"):
             lines += ["", f"Layer {r['layer_index']}'s task grids, by first body start (µs "
-                      "from the step's first fetch; body, setup and publish: means per task, "
-                      "setup the part of the body before thread 0 enters it, publish from the "
-                      "barrier after the body to the notifies issued):", "",
-                      "| grid | tasks | start | end | span | body | setup | publish |",
-                      "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                      "from the step's first fetch; body, setup, publish and ready: means per "
+                      "task, setup the part of the body before thread 0 enters it, publish "
+                      "from the barrier after the body to the notifies issued, ready from the "
+                      "later of the fetch and the last waited element's notify to the waits "
+                      "satisfied):", "",
+                      "| grid | tasks | start | end | span | body | setup | publish | ready |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
             lines += [f"| {g['grid']} | {g['tasks']} | {g['start_us']:.1f} | {g['end_us']:.1f} "
                       f"| {g['span_us']:.1f} | {g['body_us']:.2f} | {g['setup_us']:.2f} | "
-                      f"{g.get('publish_us', 0.0):.2f} |" for g in r["layer"]]
+                      f"{g['publish_us']:.2f} | {g['ready_us']:.2f} |" for g in r["layer"]]
         lines.append("")
     return "\n".join(lines)
 
@@ -258,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                         "ctas": trace.num_sms,
                         "kinds": kind_summary(profile_tasks(program, bound, stamps)),
                         "layer_index": cfg.num_layers // 2,
-                        "layer": layer_stages(stage_rows(program, bound, stamps),
+                        "layer": layer_stages(stage_rows(program, prof.tables, stamps),
                                               cfg.num_layers // 2),
                         "stalls": stall_summary(prof.tables, stamps, [
                             program.grids[g].kind for g in bound.task_grid])})

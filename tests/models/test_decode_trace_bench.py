@@ -28,15 +28,16 @@ def test_kind_summary_sums_body_time_per_kind():
 
 
 def test_layer_stages_order_one_layers_grids_by_first_start():
-    rows = BENCH["layer_stages"]([("l1_q_proj", 10.0, 14.0, 1.0, 2.0),
-                                  ("l1_norm", 2.0, 8.0, 3.0, 1.0),
-                                  ("l1_q_proj", 12.0, 20.0, 0.0, 1.0),
-                                  ("l10_q_proj", 0.0, 1.0, 0.0, 0.0),
-                                  ("l2_norm", 1.0, 2.0, 0.0, 0.0)], 1)
+    rows = BENCH["layer_stages"]([("l1_q_proj", 10.0, 14.0, 1.0, 2.0, 4.0),
+                                  ("l1_norm", 2.0, 8.0, 3.0, 1.0, 0.0),
+                                  ("l1_q_proj", 12.0, 20.0, 0.0, 1.0, 1.0),
+                                  ("l10_q_proj", 0.0, 1.0, 0.0, 0.0, 0.0),
+                                  ("l2_norm", 1.0, 2.0, 0.0, 0.0, 0.0)], 1)
     assert [r["grid"] for r in rows] == ["l1_norm", "l1_q_proj"]
     q = rows[1]
     assert (q["tasks"], q["start_us"], q["end_us"], q["span_us"]) == (2, 10.0, 20.0, 10.0)
     assert q["body_us"] == 6.0 and q["setup_us"] == 0.5 and q["publish_us"] == 1.5
+    assert q["ready_us"] == 2.5
     md = BENCH["markdown"]({"model": "m", "mode": "static", "context": 8, "date": "d",
                             "commit": "c", "gpu": "g", "command": "x"},
                            [{"batch": 1, "step_ms": 0.5, "profiled_ms": 0.6, "makespan_us": 6,
@@ -44,7 +45,7 @@ def test_layer_stages_order_one_layers_grids_by_first_start():
                              "layer": rows,
                              "stalls": {"body_us": 6.0, "event_us": 3.0, "other_us": 1.0,
                                         "event_by_producer": {}, "other_by_task": {}}}])
-    assert "| l1_q_proj | 2 | 10.0 | 20.0 | 10.0 | 6.00 | 0.50 | 1.50 |" in md
+    assert "| l1_q_proj | 2 | 10.0 | 20.0 | 10.0 | 6.00 | 0.50 | 1.50 | 2.50 |" in md
 
 
 def test_stall_summary_splits_a_cta_time_into_bodies_event_waits_and_the_rest():
@@ -70,13 +71,20 @@ def test_stall_summary_splits_a_cta_time_into_bodies_event_waits_and_the_rest():
     for name, (s, f, w, bar, n) in stamps.items():
         t = ids[name]
         sm[t], tasks[t] = s, [f * us, w * us, bar * us, bar * us, n * us, n * us]
-    prof = SimpleNamespace(tasks=tasks, sm=sm, ran=np.arange(b.num_tasks))
+    prof = SimpleNamespace(tasks=tasks, sm=sm, ran=np.arange(b.num_tasks),
+                           entered=tasks[:, 1])
     got = BENCH["stall_summary"](tables, prof, [b.program.grids[g].kind
                                                 for g in b.task_grid])
     assert got["body_us"] == 9 + 8 + 4 + 7 + 17
     assert got["event_us"] == 20 and got["event_by_producer"] == {"row_sum": 20}
     assert got["other_us"] == 1 + 2 + 1  # the first waits of each CTA, the final's 2 µs
     assert got["other_by_task"] == {"row_sum": 4}
+    # ready: from the later of the fetch and the last producer's notify (30 µs for the final
+    # sum) to the waits satisfied
+    ready = {b.task_name(t): r[5] for t, r in zip(prof.ran, BENCH["stage_rows"](
+        b.program, tables, prof))}
+    assert ready == {"partial_sum(0, 0)": 1, "final_sum(0)": 2, "partial_sum(0, 1)": 1,
+                     "partial_sum(0, 2)": 0, "partial_sum(0, 3)": 0}
 
 
 def test_tiles_bench_markdown_row():
