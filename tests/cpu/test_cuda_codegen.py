@@ -279,7 +279,7 @@ def test_knobs_are_defined_before_the_device_library_and_checked():
     compile_source(src, kernel_name(p, "static"))
     with pytest.raises(ValueError, match="knob ET_CHUNK=8: the device library's knobs are "
                                          "ET_SPIN_NS, ET_SLEEP_NS, ET_ACQUIRE_POLLS, "
-                                         "ET_STAGE_BYTES, ET_DEFER_MAX"):
+                                         "ET_POLL_BATCH, ET_STAGE_BYTES, ET_DEFER_MAX"):
         generate(p, "static", knobs={"ET_CHUNK": 8})
     with pytest.raises(ValueError, match="ET_STAGE_BYTES=40000: the stage ring takes a "
                                          "multiple of 16 bytes, at most 0 with 8 CTA"):
@@ -293,6 +293,18 @@ def test_knobs_are_defined_before_the_device_library_and_checked():
             generate(p, "static", knobs={"ET_STAGE_BYTES": 1024, other: 1})
     with pytest.raises(ValueError, match="knob ET_DEFER_MAX=0: a CTA holds back"):
         generate(p, "static", knobs={"ET_DEFER_MAX": 0})
+    with pytest.raises(ValueError, match="knob ET_POLL_BATCH=12: a task's table waits are "
+                                         "polled 8, 16, 32 at a time"):
+        generate(p, "static", knobs={"ET_POLL_BATCH": 12})
+
+
+def test_wait_polls_in_flight_knob_compiles():
+    """ET_POLL_BATCH 32: the split-K row sum and the symbolic-batch GEMM chain with their
+    tasks' waits polled 32 at a time compile."""
+    for p in (program_for("splitk_rowsum", "static"), program_for("symbolic_batch", "static")):
+        src = generate(p, "static", knobs={"ET_POLL_BATCH": 32})
+        assert "#define ET_POLL_BATCH 32" in src
+        assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 
 def test_stage_ring_fits_the_ctas_of_an_sm():

@@ -25,8 +25,8 @@ SYM_BASE = 48    # first launch-argument slot of the symbol values (see runtime.
 MAX_SLOTS = 128  # ET_SLOTS in runtime.cuh
 GPU_MODES = ("static", "dynamic", "hybrid", "unfused")
 # device-library settings a kernel may override (runtime.cuh documents each)
-KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_STAGE_BYTES", "ET_DEFER_MAX",
-         "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
+KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_POLL_BATCH", "ET_STAGE_BYTES",
+         "ET_DEFER_MAX", "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
          "ET_PREFETCH_OWN", "ET_PREFETCH_BULK", "ET_LINEAR_MMA", "ET_LINEAR_MMA_LO",
          "ET_LINEAR_MMA_SPREAD", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY",
          "ET_LINEAR_MMA_RING", "ET_ATTN_STREAM")
@@ -36,6 +36,7 @@ EARLY_KINDS = ("linear_partial",)
 ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
 MMA_RING_BLOCK_BYTES = 16384  # llm_dense.cuh ET_MMA_RING_BLOCK_BYTES: one block, a CTA
 MMA_RING_BLOCKS = tuple(range(2, 9))  # llm_dense.cuh ET_LINEAR_MMA_RING: blocks of the ring
+POLL_BATCHES = (8, 16, 32)  # runtime.cuh ET_POLL_BATCH: a task's wait polls in flight
 ATTN_STREAM_WORDS = (0, 16, 32)  # llm_attention.cuh ET_ATTN_STREAM: words a thread, 16 bytes
 ATTN_STREAM_WORD_BYTES = 16 * 256  # a word of ET_ATTN_STREAM over the 256 threads of a CTA
 STAGE_TILES = 4  # runtime.cuh ET_STAGE_TILES
@@ -326,6 +327,9 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
     if knobs.get("ET_DEFER_MAX", 1) < 1:
         raise ValueError("knob ET_DEFER_MAX=0: a CTA holds back the notifies of at most "
                          "ET_DEFER_MAX - 1 tasks; it takes 1 (none) or more")
+    if knobs.get("ET_POLL_BATCH", 8) not in POLL_BATCHES:
+        raise ValueError(f"knob ET_POLL_BATCH={knobs['ET_POLL_BATCH']}: a task's table waits "
+                         f"are polled {', '.join(map(str, POLL_BATCHES))} at a time")
     if mode not in GPU_MODES + (STAGES,):
         raise UnsupportedOnGpu(f"scheduling mode '{mode}' is not supported by the CUDA backend "
                                f"(supported: {', '.join(GPU_MODES)})")

@@ -366,13 +366,18 @@ struct EtView {
 // Thread 0: the table waits of `v`, then its data-dependent waits and trigger. 1: run the
 // body, 2: guarded (its barrier-style notifies are made here), 0: aborting, ET_WAIT_NEST: a
 // table wait was interrupted by the dynamic task in *nest (hybrid; wait again after it).
-// The first polls of ET_POLL_BATCH table waits go out together (satisfied waits cost one
-// round trip between them, not one each); then the waits are checked in table order, each
+// The first polls of ET_POLL_BATCH (a knob: 8, 16 or 32) table waits go out together
+// (satisfied waits cost one round trip between them, not one each); then the waits are
+// checked in table order, each
 // spinning until satisfied. With relaxed polls one acquire fence follows them all (a fence
 // a wait cost the tasks with many, such as a projection waiting on the attention of 64
 // rows, tens of µs), and one before any runtime wait count (static mode; such waits come
 // last), so that the count is read after an acquire that covers the waits before it.
+#ifndef ET_POLL_BATCH
 #define ET_POLL_BATCH 8
+#endif
+static_assert(ET_POLL_BATCH == 8 || ET_POLL_BATCH == 16 || ET_POLL_BATCH == 32,
+              "ET_POLL_BATCH takes 8, 16 or 32 polls in flight");
 __device__ int et_wait_task(const long long* A, const EtView& v, int* nest) {
     bool unfenced = false;  // satisfied waits not yet followed by an acquire fence
     for (int i0 = 0; i0 < v.num_waits; i0 += ET_POLL_BATCH) {
