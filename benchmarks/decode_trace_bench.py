@@ -92,16 +92,17 @@ def element_done(tables, prof) -> tuple[np.ndarray, np.ndarray]:
     return done_at, last_by
 
 
-def stall_summary(tables, prof, kinds: list[str]) -> dict:
+def stall_summary(tables, prof, kinds: list[str], done) -> dict:
     """Where the CTAs' time goes in a profiled launch (`Megakernel.profile`), in µs summed over
     the CTAs: task bodies (waits satisfied to the barrier after the body), waiting on events
     (from the end of the CTA's task before to when the last producer of a waited element
     notified), and the rest before a body starts (polls, the stage ring, barriers, dispatch).
     Event waits are also split by the kind of the producer that notified last, and the rest
-    by the kind of the waiting task. `kinds[t]`: the kind of task t."""
+    by the kind of the waiting task. `kinds[t]`: the kind of task t; `done`: element_done
+    of the launch."""
     ran, tasks, sm = prof.ran, prof.tasks, prof.sm
     fetched, waited, barrier = (tasks[:, k].astype(np.float64) for k in (0, 1, 3))
-    done_at, last_by = element_done(tables, prof)
+    done_at, last_by = done
     out = {"body_us": 0.0, "event_us": 0.0, "other_us": 0.0,
            "event_by_producer": defaultdict(float), "other_by_task": defaultdict(float)}
     for s_ in np.unique(sm[ran]):
@@ -158,15 +159,14 @@ def layer_stages(tasks: list[tuple[str, float, float, float, float, float]],
     return out
 
 
-def stage_rows(program, tables, prof) -> list[tuple[str, float, float, float, float, float]]:
+def stage_rows(program, tables, prof,
+               done_at) -> list[tuple[str, float, float, float, float, float]]:
     """(grid, body start, body end, setup, publish, ready) in µs (the first two from the
     first fetch) of every task a profiled launch of `tables` ran (as `profile_tasks`; see
-    layer_stages)."""
+    layer_stages); `done_at`: when each event element was last notified (element_done)."""
     t0 = first_fetch(prof)
-    bound = tables.bound
-    names = [program.grids[g].name for g in bound.task_grid]
+    names = [program.grids[g].name for g in tables.bound.task_grid]
     tk = prof.tasks.astype(np.int64)
-    done_at, _ = element_done(tables, prof)
     rows = []
     for t in prof.ran:
         w = tables.wait_elem[tables.wait_ptr[t]:tables.wait_ptr[t + 1]]
@@ -275,15 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         trace = kernel.trace(prof, f"{args.model} decode step, B={b}, context {args.context}, "
                                    f"{args.mode}")
         stamps, program, bound = kernel.profile(prof), kernel.program, prof.tables.bound
+        done = element_done(prof.tables, stamps)
         results.append({"batch": b, "step_ms": plain, "profiled_ms": profiled,
                         "makespan_us": trace.makespan_us, "busy": trace.busy_fraction(),
                         "ctas": trace.num_sms,
                         "kinds": kind_summary(profile_tasks(program, bound, stamps)),
                         "layer_index": cfg.num_layers // 2,
-                        "layer": layer_stages(stage_rows(program, prof.tables, stamps),
-                                              cfg.num_layers // 2),
+                        "layer": layer_stages(stage_rows(program, prof.tables, stamps,
+                                                         done[0]), cfg.num_layers // 2),
                         "stalls": stall_summary(prof.tables, stamps, [
-                            program.grids[g].kind for g in bound.task_grid])})
+                            program.grids[g].kind for g in bound.task_grid], done)})
         print(f"[decode_trace] B={b}: {plain:.3f} ms ({profiled:.3f} ms profiled), "
               f"makespan {trace.makespan_us:.1f} us", file=sys.stderr, flush=True)
         traces.append((b, trace))

@@ -1,9 +1,9 @@
 """Every generated megakernel compiles with NVRTC for sm_90a (no GPU needed)."""
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
+from cuda_host import CXX, needs_cxx
 
 from eventtensor import ProgramBuilder
 from eventtensor.backends.cuda.codegen import (
@@ -26,7 +26,6 @@ from eventtensor.passes import run_pipeline
 from eventtensor.schedule import lower, prepare
 
 nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings not installed")
-CXX = shutil.which("g++") or shutil.which("c++")
 
 
 @pytest.fixture(autouse=True)
@@ -400,7 +399,7 @@ def _c_block(src: str, start: str, end: str) -> str:
     return src[i:src.index(end, i) + len(end)]
 
 
-@pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
+@needs_cxx
 def test_trigger_search_finds_the_range_of_every_task(tmp_path):
     """The static kernel's trigger search (et_extra_waits, from a proportional guess round the
     elements), compiled for the host: for disjoint ranges in element order, in reverse, in a
@@ -422,6 +421,7 @@ def test_trigger_search_finds_the_range_of_every_task(tmp_path):
         cuts = np.sort(rng.integers(0, tasks + 1, 2 * elements))
         order = rng.permutation(elements)
         cases.append((cuts[0::2][order].tolist(), cuts[1::2][order].tolist()))
+
     def c_rows(i):  # the lo (0) or hi (1) arrays of the cases as a C initialiser
         return ", ".join("{" + ", ".join(map(str, c[i])) + "}" for c in cases)
 

@@ -73,8 +73,9 @@ def test_stall_summary_splits_a_cta_time_into_bodies_event_waits_and_the_rest():
         sm[t], tasks[t] = s, [f * us, w * us, bar * us, bar * us, n * us, n * us]
     prof = SimpleNamespace(tasks=tasks, sm=sm, ran=np.arange(b.num_tasks),
                            entered=tasks[:, 1])
+    done = BENCH["element_done"](tables, prof)
     got = BENCH["stall_summary"](tables, prof, [b.program.grids[g].kind
-                                                for g in b.task_grid])
+                                                for g in b.task_grid], done)
     assert got["body_us"] == 9 + 8 + 4 + 7 + 17
     assert got["event_us"] == 20 and got["event_by_producer"] == {"row_sum": 20}
     assert got["other_us"] == 1 + 2 + 1  # the first waits of each CTA, the final's 2 µs
@@ -82,7 +83,7 @@ def test_stall_summary_splits_a_cta_time_into_bodies_event_waits_and_the_rest():
     # ready: from the later of the fetch and the last producer's notify (30 µs for the final
     # sum) to the waits satisfied
     ready = {b.task_name(t): r[5] for t, r in zip(prof.ran, BENCH["stage_rows"](
-        b.program, tables, prof))}
+        b.program, tables, prof, done[0]))}
     assert ready == {"partial_sum(0, 0)": 1, "final_sum(0)": 2, "partial_sum(0, 1)": 1,
                      "partial_sum(0, 2)": 0, "partial_sum(0, 3)": 0}
 

@@ -1034,42 +1034,31 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         };
         float acc[MT][NT][4] = {};
         auto mma_block = [&](const EtWord16 (&words)[NT], int b) {  // block b of the chunk
+            // the hi (part 0) and lo (part 1) MMAs of each accumulator: back to back, or
+            // with ET_LINEAR_MMA_SPREAD every accumulator's hi MMA, then the lo ones
+            constexpr int PARTS = ET_LINEAR_MMA_LO ? 2 : 1;
+            constexpr int OUTER = ET_LINEAR_MMA_SPREAD ? PARTS : 1, INNER = PARTS / OUTER;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                if constexpr (ET_LINEAR_MMA_SPREAD) {
-                    EtWord16 ah[MT], al[MT];
-#pragma unroll
-                    for (int mt = 0; mt < MT; ++mt) {
-                        const int f = ((b * 2 + h) * MT + mt) * 32 + lane;
-                        ah[mt] = frag_hi[f];
-                        if constexpr (ET_LINEAR_MMA_LO) al[mt] = frag_lo[f];
-                    }
-#pragma unroll
-                    for (int part = 0; part < (ET_LINEAR_MMA_LO ? 2 : 1); ++part)
-#pragma unroll
-                        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                            for (int t = 0; t < NT; ++t) {
-                                if (!tile[t]) continue;
-                                const unsigned bw[2] = {words[t].u[2 * h],
-                                                        words[t].u[2 * h + 1]};
-                                et_mma_bf16(acc[mt][t], part ? al[mt].u : ah[mt].u, bw);
-                            }
-                    continue;
-                }
+                EtWord16 ah[MT], al[MT];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     const int f = ((b * 2 + h) * MT + mt) * 32 + lane;
-                    const EtWord16 ah = frag_hi[f], al = ET_LINEAR_MMA_LO ? frag_lo[f]
-                                                                          : EtWord16{};
-#pragma unroll
-                    for (int t = 0; t < NT; ++t) {
-                        if (!tile[t]) continue;
-                        const unsigned bw[2] = {words[t].u[2 * h], words[t].u[2 * h + 1]};
-                        et_mma_bf16(acc[mt][t], ah.u, bw);
-                        if constexpr (ET_LINEAR_MMA_LO) et_mma_bf16(acc[mt][t], al.u, bw);
-                    }
+                    ah[mt] = frag_hi[f];
+                    if constexpr (ET_LINEAR_MMA_LO) al[mt] = frag_lo[f];
                 }
+#pragma unroll
+                for (int po = 0; po < OUTER; ++po)
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                        for (int t = 0; t < NT; ++t) {
+                            if (!tile[t]) continue;
+                            const unsigned bw[2] = {words[t].u[2 * h], words[t].u[2 * h + 1]};
+#pragma unroll
+                            for (int pi = 0; pi < INNER; ++pi)
+                                et_mma_bf16(acc[mt][t], po + pi ? al[mt].u : ah[mt].u, bw);
+                        }
             }
         };
         EtWord16 cur[RING > 0 ? 1 : KB][NT], nxt[RING > 0 ? 1 : KB][NT] = {};  // no ring

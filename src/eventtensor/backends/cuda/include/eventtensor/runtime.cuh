@@ -368,11 +368,11 @@ struct EtView {
 // table wait was interrupted by the dynamic task in *nest (hybrid; wait again after it).
 // The first polls of ET_POLL_BATCH (a knob: 8, 16 or 32) table waits go out together
 // (satisfied waits cost one round trip between them, not one each); then the waits are
-// checked in table order, each
-// spinning until satisfied. With relaxed polls one acquire fence follows them all (a fence
-// a wait cost the tasks with many, such as a projection waiting on the attention of 64
-// rows, tens of µs), and one before any runtime wait count (static mode; such waits come
-// last), so that the count is read after an acquire that covers the waits before it.
+// checked in table order, each spinning until satisfied. With relaxed polls one acquire
+// fence follows them all (a fence a wait cost the tasks with many, such as a projection
+// waiting on the attention of 64 rows, tens of µs), and one before any runtime wait count
+// (static mode; such waits come last), so that the count is read after an acquire that
+// covers the waits before it.
 #ifndef ET_POLL_BATCH
 #define ET_POLL_BATCH 8
 #endif
