@@ -330,17 +330,19 @@ struct EtAttn {
 // row (V elements of 16 bytes; GP and W template arguments), keys * GP floats of et_llm_smem,
 // 256 threads. The passes below take the `past` cache rows only (words past them read as
 // zeros); the new row, if the chunk holds it, is key `past`: its scores from warp 0 after the
-// key passes, its value from lane ks = 0 of each word after the value passes.
-// Scores: a group of L = 2^ceil(log2 W) lanes per key row, lane wq holding word wq of q's GP
-// heads (GP * V floats); row group rg (CTA thread >> log2 L) takes keys rg, rg + groups, ...,
-// KB = 32 / V keys at a time (one 16-byte load each, all in flight); the KC * GP partial dot
-// products of KC of them are reduce-scattered over the group and their owners store them,
+// key passes, its value from row group 0 after the value passes.
+// Both phases map threads to rows alike: a group of L = 2^ceil(log2 W) lanes per row, lane wq
+// word wq; row group rg (CTA thread >> log2 L) takes rows rg, rg + groups, ..., KB = 32 / V
+// rows at a time (one 16-byte load each, all in flight), so that a warp's load reads whole
+// rows (32 / L rows of 16 * L contiguous bytes).
+// Scores: lane wq holds word wq of q's GP heads (GP * V floats); the KC * GP partial dot
+// products of KC keys are reduce-scattered over the group and their owners store them,
 // scaled by log2(e)/sqrt(D), to S[key * GP + g] in shared memory. Values: every warp takes
-// the max m[g] of each head over S itself (no softmax pass, no barrier); warp w owns words
-// w * WW .. (WW = 2^ceil(log2 ceil(W / warps))), lane (ks, wl) word w * WW + wl of the keys
-// ks, ks + KS, ... (KS = 32 / WW): p = exp2(score - m) summed into z[g] and into the GP * V
-// outputs of its word, z summed over the KS lanes of the word, the outputs divided by it,
-// reduce-scattered over those lanes and stored.
+// the max m[g] of each head over S itself (no softmax pass, no barrier); each thread adds
+// p = exp2(score - m) of its keys into z[g] and p times its word into its GP * V outputs.
+// The sums over the row groups: shuffles over the warp's, then, through et_llm_smem once S
+// is read, over the 8 warps (rounds of ET_LLM_SMEM_BYTES / 32 bytes a warp), each output
+// divided by its head's z.
 // Key and value words: with ET_ATTN_STREAM = 0, each pass over KB keys (or values) loads its
 // own words into registers, the first pass of both phases before the scores, so that the
 // value loads overlap the key phase; a tile of several passes then waits on one memory
@@ -349,8 +351,9 @@ struct EtAttn {
 // then the value passes form one sequence of groups of KB words, NG = N / KB groups of the
 // ring, NG - 1 of them in flight (cp.async) while the thread takes one. Each thread copies
 // and reads back only its own words, so it waits on its own cp.async groups, no barrier.
-// Two CTA barriers; every thread runs the same iterations and shuffles. Loops that need no
-// unrolling are kept rolled: the body runs once per tile, so its code size is fetch time.
+// Three CTA barriers and one more per round of outputs past the first; every thread runs the
+// same iterations and shuffles. Loops that need no unrolling are kept rolled: the body runs
+// once per tile, so its code size is fetch time.
 #ifndef ET_ATTN_STREAM
 #define ET_ATTN_STREAM 0
 #endif
@@ -380,53 +383,41 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     constexpr int warps = 8;  // 256 threads
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float* S = et_llm_smem();
-    // the score mapping
+    // the mapping of both phases: L lanes a row, lane wq word wq, row group rg
     constexpr int lgl = et_lg_ceil(W), kstep = 256 >> lgl;
     const int wq = lane & ((1 << lgl) - 1), rg = threadIdx.x >> lgl;
     const bool kok = wq < W;
-    // the value mapping
-    constexpr int lgw = et_lg_ceil((W + warps - 1) / warps), lgs = 5 - lgw, KS = 1 << lgs;
-    const int ks = lane >> lgw, vw = (warp << lgw) + (lane & ((1 << lgw) - 1));
-    const bool vok = vw < W;
     EtWord16 kraw[KB], vraw[KB];
-    auto load_k = [&](EtWord16 (&dst)[KB], int j0) {
+    // the KB words of this thread's rows j0, j0 + kstep, ... of k (or v), zeros past the cache
+    auto load = [&](EtWord16 (&dst)[KB], const C* base, int rs, int j0) {
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
             const int j = j0 + b * kstep;
-            dst[b] = kok && j < a.past ? reinterpret_cast<const EtWord16*>(a.k + j * a.rk)[wq]
-                                       : EtWord16{};
-        }
-    };
-    auto load_v = [&](EtWord16 (&dst)[KB], int j0) {
-#pragma unroll
-        for (int b = 0; b < KB; ++b) {
-            const int j = j0 + b * KS;
-            dst[b] = vok && j < a.past ? reinterpret_cast<const EtWord16*>(a.v + j * a.rv)[vw]
+            dst[b] = kok && j < a.past ? reinterpret_cast<const EtWord16*>(base + j * rs)[wq]
                                        : EtWord16{};
         }
     };
     // the passes over the cache rows (the new row, if any, comes after them)
-    const int pk = (a.past + KB * kstep - 1) / (KB * kstep);
-    const int pv = (a.past + KB * KS - 1) / (KB * KS);
-    // the stream: group i is key pass i (i < pk) or value pass i - pk, in ring slot i % NG
+    const int passes = (a.past + KB * kstep - 1) / (KB * kstep);
+    // the stream: group i is key pass i (i < passes) or value pass i - passes, in ring slot
+    // i % NG
     constexpr int NG = ET_ATTN_STREAM / KB > 1 ? ET_ATTN_STREAM / KB : 2;
     const unsigned long long policy = ET_ATTN_STREAM ? et_async_policy<false>() : 0ull;
     auto slot = [&](int i) { return et_async_ring() + (i % NG) * KB * 256 + (int)threadIdx.x; };
     // a thread's first key and value words, and the elements between its consecutive rows
     const C* const k0 = a.k + rg * a.rk + wq * V;
-    const C* const v0 = a.v + ks * a.rv + vw * V;
-    const int kst = kstep * a.rk, vst = KS * a.rv;
+    const C* const v0 = a.v + rg * a.rv + wq * V;
+    const int kst = kstep * a.rk, vst = kstep * a.rv;
     auto issue = [&](int i) {  // group i's copies, as one cp.async group (empty past the last)
         EtWord16* s = slot(i);
-        const bool key = i < pk;
-        const int g = key ? i : i - pk, js = key ? kstep : KS, st = key ? kst : vst;
-        const int j0 = (key ? rg : ks) + g * KB * js;
+        const bool key = i < passes;
+        const int g = key ? i : i - passes, st = key ? kst : vst;
+        const int j0 = rg + g * KB * kstep;
         const C* const src = (key ? k0 : v0) + g * KB * st;
-        const bool ok = key ? kok : vok;
-        if (i < pk + pv)
+        if (i < 2 * passes)
 #pragma unroll
             for (int b = 0; b < KB; ++b) {
-                const bool in = ok && j0 + b * js < a.past;  // else zeros, nothing read
+                const bool in = kok && j0 + b * kstep < a.past;  // else zeros, nothing read
                 et_async_word(s + b * 256, in ? src + b * st : a.k, in ? 16 : 0, policy);
             }
         et_async_commit();
@@ -442,8 +433,8 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
 #pragma unroll 1
         for (int i = 0; i < NG - 1; ++i) issue(i);
     } else {
-        load_k(kraw, rg);
-        load_v(vraw, ks);
+        load(kraw, a.k, a.rk, rg);
+        load(vraw, a.v, a.rv, rg);
     }
     float qr[GP][V];
 #pragma unroll
@@ -454,9 +445,9 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
             for (int e = 0; e < V; ++e) qr[g][e] = 0.f;
     }
     const float scale = ET_LOG2E * rsqrtf((float)a.D);
-    for (int j0 = rg, i = 0; i < pk; j0 += KB * kstep, ++i) {
+    for (int j0 = rg, i = 0; i < passes; j0 += KB * kstep, ++i) {
         if constexpr (ET_ATTN_STREAM > 0) take(kraw, i);
-        else if (i > 0) load_k(kraw, j0);
+        else if (i > 0) load(kraw, a.k, a.rk, j0);
 #pragma unroll
         for (int h = 0; h < KB; h += KC) {
             float acc[KC * GP];
@@ -511,41 +502,64 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
     for (int g = 0; g < GP; ++g) m[g] = et_warp_max(m[g]);
 #pragma unroll
     for (int i = 0; i < GP * V; ++i) o[i] = 0.f;
-    for (int j0 = ks, i = 0; i < pv; j0 += KB * KS, ++i) {
-        if constexpr (ET_ATTN_STREAM > 0) take(vraw, pk + i);
-        else if (i > 0) load_v(vraw, j0);
+    for (int j0 = rg, i = 0; i < passes; j0 += KB * kstep, ++i) {
+        if constexpr (ET_ATTN_STREAM > 0) take(vraw, passes + i);
+        else if (i > 0) load(vraw, a.v, a.rv, j0);
 #pragma unroll
         for (int b = 0; b < KB; ++b) {
-            const int j = j0 + b * KS;
+            const int j = j0 + b * kstep;
             float x[V];
             et_word_floats<C>(vraw[b], x);  // zeros past the cache rows
             et_attend_value<GP, V>(S, j, j < a.past, a.G, m, x, z, o);
         }
     }
-    if (fresh && ks == 0 && vok) {  // the new row's value: one lane of each word
+    if (fresh && rg == 0) {  // the new row's value: row group 0
         float x[V];
-        et_load_floats(a.v_new + vw * V, x, V);
+        if (kok) et_load_floats(a.v_new + wq * V, x, V);
+        else
+#pragma unroll
+            for (int e = 0; e < V; ++e) x[e] = 0.f;
         et_attend_value<GP, V>(S, a.past, true, a.G, m, x, z, o);
     }
-    __syncthreads();  // the last read of S
-    for (int bit = lgw; bit < 5; ++bit)
+    // the row groups' sums: over the warp's row groups (the lanes of bits lgl ..), then over
+    // the warps through shared memory, in rounds of EB floats a warp
+    for (int bit = lgl; bit < 5; ++bit) {
+#pragma unroll
+        for (int i = 0; i < GP * V; ++i) o[i] += __shfl_xor_sync(0xffffffffu, o[i], 1 << bit);
 #pragma unroll
         for (int g = 0; g < GP; ++g) z[g] += __shfl_xor_sync(0xffffffffu, z[g], 1 << bit);
-#pragma unroll
-    for (int g = 0; g < GP; ++g) {
-        const float inv = 1.f / z[g];
-#pragma unroll
-        for (int e = 0; e < V; ++e) o[g * V + e] *= inv;
-        if (warp == 0 && lane == g && g < a.G)
-            a.lse[g * a.ls] = et_from_float<O>((m[g] + log2f(z[g])) * ET_LN2);
     }
-    et_reduce_scatter(o, lgs, lgw);
-    const EtSlots sl = et_scatter_slots<GP * V>(lgs, ks);
+    __shared__ float zs[warps][GP];
+    __syncthreads();  // the last read of S
+    if (lane == 0)
 #pragma unroll
-    for (int i = 0; i < GP * V / 8; ++i) {  // count <= GP * V / 8 (KS >= 8)
-        if (i == sl.count) break;
-        const int f = sl.first + i, g = f / V, d = vw * V + f % V;
-        if (sl.owner && vok && g < a.G) a.out[g * a.og + d * a.od] = et_from_float<O>(o[i]);
+        for (int g = 0; g < GP; ++g) zs[warp][g] = z[g];
+    constexpr int EB = ET_LLM_SMEM_BYTES / 4 / warps;
+    const int n = a.G * a.D;
+    for (int e0 = 0; e0 < n; e0 += EB) {
+        if (lane == wq && kok)  // row group 0 of the warp: word wq of every head
+#pragma unroll
+            for (int g = 0; g < GP; ++g)
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    const int f = g * a.D + wq * V + e - e0;
+                    if (g < a.G && f >= 0 && f < EB) S[warp * EB + f] = o[g * V + e];
+                }
+        __syncthreads();
+        for (int f = e0 + (int)threadIdx.x; f < e0 + EB && f < n; f += 256) {
+            const int g = f / a.D, d = f - g * a.D;
+            float sum = 0.f, zt = 0.f;
+#pragma unroll
+            for (int w = 0; w < warps; ++w) sum += S[w * EB + f - e0], zt += zs[w][g];
+            a.out[g * a.og + d * a.od] = et_from_float<O>(sum / zt);
+            if (d == 0) {  // (m[g] by a select: no local copy of m for a run-time index)
+                float mg = m[0];
+#pragma unroll
+                for (int h = 1; h < GP; ++h) mg = h == g ? m[h] : mg;
+                a.lse[g * a.ls] = et_from_float<O>((mg + log2f(zt)) * ET_LN2);
+            }
+        }
+        if (e0 + EB < n) __syncthreads();  // the sums read before the next round's partials
     }
 }
 
