@@ -337,8 +337,9 @@ struct EtAttn {
 // rows (32 / L rows of 16 * L contiguous bytes).
 // Scores: lane wq holds word wq of q's GP heads (GP * V floats); the KC * GP partial dot
 // products of KC keys are reduce-scattered over the group and their owners store them,
-// scaled by log2(e)/sqrt(D), to S[key * GP + g] in shared memory. Values: every warp takes
-// the max m[g] of each head over S itself (no softmax pass, no barrier); each thread adds
+// scaled by log2(e)/sqrt(D), to S[key * GP + g] in shared memory, each keeping the largest of
+// its slots; the max m[g] of each head comes from those (warp maxima through shared memory,
+// read after the barrier that follows the scores). Values: each thread adds
 // p = exp2(score - m) of its keys into z[g] and p times its word into its GP * V outputs.
 // The sums over the row groups: shuffles over the warp's, then, through et_llm_smem once S
 // is read, over the 8 warps (rounds of ET_LLM_SMEM_BYTES / 32 bytes a warp), each output
@@ -445,6 +446,11 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
             for (int e = 0; e < V; ++e) qr[g][e] = 0.f;
     }
     const float scale = ET_LOG2E * rsqrtf((float)a.D);
+    // the largest score this thread stores in each of its slots (the same head every pass)
+    const EtSlots sl = et_scatter_slots<KC * GP>(lgl, wq);
+    float top[KC * GP / 4];
+#pragma unroll
+    for (int i = 0; i < KC * GP / 4; ++i) top[i] = et_neg_inf();
     for (int j0 = rg, i = 0; i < passes; j0 += KB * kstep, ++i) {
         if constexpr (ET_ATTN_STREAM > 0) take(kraw, i);
         else if (i > 0) load(kraw, a.k, a.rk, j0);
@@ -464,16 +470,19 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
                 }
             }
             et_reduce_scatter(acc, lgl, 0);
-            const EtSlots sl = et_scatter_slots<KC * GP>(lgl, wq);
 #pragma unroll
             for (int i = 0; i < KC * GP / 4; ++i) {  // count <= KC * GP / 4 (L >= 4)
                 if (i == sl.count) break;
                 const int f = sl.first + i, g = f % GP, j = j0 + (h + f / GP) * kstep;
-                if (sl.owner && g < a.G && j < a.past) S[j * GP + g] = acc[i] * scale;
+                if (sl.owner && g < a.G && j < a.past) {
+                    S[j * GP + g] = acc[i] * scale;
+                    top[i] = fmaxf(top[i], acc[i] * scale);
+                }
             }
         }
     }
     const bool fresh = a.keys > a.past;  // the new row is key `past`
+    float top_new = et_neg_inf();  // lane g of warp 0: the new row's score of head g
     if (fresh && warp == 0) {  // its scores: warp 0, each group of L lanes the whole row
         float x[V];
         if (kok) et_load_floats(a.k_new + wq * V, x, V);
@@ -486,20 +495,28 @@ __device__ __noinline__ void et_attention_fast(const EtAttn<C, O> a) {
 #pragma unroll
             for (int e = 0; e < V; ++e) d += qr[g][e] * x[e];
             d = et_group_sum(d, 1 << lgl);
-            if (lane == g && g < a.G) S[a.past * GP + g] = d * scale;
+            if (lane == g && g < a.G) S[a.past * GP + g] = top_new = d * scale;
         }
+    }
+    // each head's largest score: over the warp's slots and lanes, then over the warps
+    __shared__ float tops[warps][GP];
+#pragma unroll
+    for (int g = 0; g < GP; ++g) {
+        float t = lane == g ? top_new : et_neg_inf();
+#pragma unroll
+        for (int i = 0; i < KC * GP / 4; ++i)
+            if (i < sl.count && (sl.first + i) % GP == g) t = fmaxf(t, top[i]);
+        t = et_warp_max(t);
+        if (lane == 0) tops[warp][g] = t;
     }
     __syncthreads();
     float m[GP], z[GP], o[GP * V];
 #pragma unroll
-    for (int g = 0; g < GP; ++g) m[g] = et_neg_inf(), z[g] = 0.f;
-#pragma unroll 1
-    for (int j = lane; j < a.keys; j += 32)
+    for (int g = 0; g < GP; ++g) {
+        m[g] = tops[0][g], z[g] = 0.f;
 #pragma unroll
-        for (int g = 0; g < GP; ++g)
-            if (g < a.G) m[g] = fmaxf(m[g], S[j * GP + g]);
-#pragma unroll
-    for (int g = 0; g < GP; ++g) m[g] = et_warp_max(m[g]);
+        for (int w = 1; w < warps; ++w) m[g] = fmaxf(m[g], tops[w][g]);
+    }
 #pragma unroll
     for (int i = 0; i < GP * V; ++i) o[i] = 0.f;
     for (int j0 = rg, i = 0; i < passes; j0 += KB * kstep, ++i) {
