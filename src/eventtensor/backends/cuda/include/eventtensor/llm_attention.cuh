@@ -11,16 +11,6 @@
 
 __device__ __forceinline__ float et_neg_inf() { return __uint_as_float(0xff800000u); }
 
-// The smallest lg with 2^lg >= x (x >= 1), at compile time.
-__host__ __device__ constexpr int et_lg_ceil(int x) { return x <= 1 ? 0 : 1 + et_lg_ceil((x + 1) / 2); }
-
-// The same at run time.
-__device__ __forceinline__ int et_log2_ceil(int x) {
-    int lg = 0;
-    while ((1 << lg) < x) ++lg;
-    return lg;
-}
-
 // ------------------------------------------------------------------ decode_plan
 
 // decode_plan: row b of plan [B, 3] = (b*chunks*kv_heads, that + kv_heads*n_b, n_b) with

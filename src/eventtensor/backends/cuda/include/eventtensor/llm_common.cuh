@@ -50,6 +50,16 @@ __device__ __forceinline__ void et_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 
+// The smallest lg with 2^lg >= x (x >= 1), at compile time.
+__host__ __device__ constexpr int et_lg_ceil(int x) { return x <= 1 ? 0 : 1 + et_lg_ceil((x + 1) / 2); }
+
+// The same at run time.
+__device__ __forceinline__ int et_log2_ceil(int x) {
+    int lg = 0;
+    while ((1 << lg) < x) ++lg;
+    return lg;
+}
+
 // v summed over the 32 lanes of the warp, for every lane (all 32 lanes call it).
 __device__ __forceinline__ float et_warp_sum(float v) {
 #pragma unroll

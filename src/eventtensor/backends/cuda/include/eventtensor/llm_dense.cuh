@@ -1430,7 +1430,10 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
 // by the norm weight nw [k]: the RMSNorm of the rows, whose K-slice x is, folded into the
 // projection after it. The scales go to et_norm_scales (rows first, then the columns from
 // ET_NORM_ROWS on) and the streaming path applies them as it stages x; tiles it does not
-// take (unaligned, more rows or columns than the scratch holds) go one thread per cell.
+// take (unaligned, more rows or columns than the scratch holds) go one thread per cell. The
+// row sums load in one round (a group of lanes a row, one sum each, for up to 32 sums a row):
+// a loop over a row's sums waits on one load at a time, and the projection's weights are
+// issued only after the scales.
 template <typename X, typename S, typename N, typename W, typename O>
 __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
                                                             const EtTileT<S>& ss,
@@ -1450,9 +1453,20 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
     if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS &&
         k <= ET_SCRATCH_FLOATS - ET_NORM_ROWS) {
         float* sc = et_norm_scales();
+        if (T <= 32) {  // a group of TP lanes a row, one sum each: all the loads in one round
+            const int lg = et_log2_ceil(T), TP = 1 << lg, n = rows << lg;
 #pragma unroll 1
-        for (int r = (int)threadIdx.x; r < rows; r += (int)blockDim.x) sc[r] = row_scale(r);
+            for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles below)
+                const int i = i0 + (int)threadIdx.x, r = i >> lg, j = i & (TP - 1);
+                float v = i < n && j < T ? et_to_float(ss.p[et_lrc_off(ss, 0, r, j)]) : 0.f;
+                v = et_group_sum(v, TP);
+                if (i < n && j == 0) sc[r] = rsqrtf(v / (float)cols + eps);
+            }
+        } else {
 #pragma unroll 1
+            for (int r = (int)threadIdx.x; r < rows; r += (int)blockDim.x) sc[r] = row_scale(r);
+        }
+#pragma unroll 4
         for (int t = (int)threadIdx.x; t < k; t += (int)blockDim.x)
             sc[ET_NORM_ROWS + t] = col_scale(t);
         __syncthreads();
