@@ -1431,7 +1431,7 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
 // projection after it. The scales go to et_norm_scales (rows first, then the columns from
 // ET_NORM_ROWS on) and the streaming path applies them as it stages x; tiles it does not
 // take (unaligned, more rows or columns than the scratch holds) go one thread per cell. The
-// row sums load in one round (a group of lanes a row, one sum each, for up to 32 sums a row):
+// row sums load in one round (a group of lanes a row, one sum each up to 32 sums a row):
 // a loop over a row's sums waits on one load at a time, and the projection's weights are
 // issued only after the scales.
 template <typename X, typename S, typename N, typename W, typename O>
@@ -1442,29 +1442,28 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
                                                             const EtTileT<O>& out, float eps,
                                                             int cols) {
     const int rows = (int)x.n[0], k = (int)x.n[1], T = et_cols(ss);
+    auto inv_rms = [&](float sum) { return rsqrtf(sum / (float)cols + eps); };
     auto row_scale = [&](int r) {
         float t = 0.f;
 #pragma unroll 1
         for (int j = 0; j < T; ++j) t += et_to_float(ss.p[et_lrc_off(ss, 0, r, j)]);
-        return rsqrtf(t / (float)cols + eps);
+        return inv_rms(t);
     };
     auto col_scale = [&](int t) { return et_to_float(nw.p[et_lrc_off(nw, 0, 0, t)]); };
     const EtLinear g = et_linear_of(x, w, out);
     if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS &&
         k <= ET_SCRATCH_FLOATS - ET_NORM_ROWS) {
         float* sc = et_norm_scales();
-        if (T <= 32) {  // a group of TP lanes a row, one sum each: all the loads in one round
-            const int lg = et_log2_ceil(T), TP = 1 << lg, n = rows << lg;
+        // a group of TP lanes a row (TP <= 32), lane j summing the row's sums j, j + TP, ...
+        const int lg = et_log2_ceil(T < 32 ? T : 32), TP = 1 << lg, n = rows << lg;
 #pragma unroll 1
-            for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles below)
-                const int i = i0 + (int)threadIdx.x, r = i >> lg, j = i & (TP - 1);
-                float v = i < n && j < T ? et_to_float(ss.p[et_lrc_off(ss, 0, r, j)]) : 0.f;
-                v = et_group_sum(v, TP);
-                if (i < n && j == 0) sc[r] = rsqrtf(v / (float)cols + eps);
-            }
-        } else {
-#pragma unroll 1
-            for (int r = (int)threadIdx.x; r < rows; r += (int)blockDim.x) sc[r] = row_scale(r);
+        for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles below)
+            const int i = i0 + (int)threadIdx.x, r = i >> lg;
+            float v = 0.f;
+            for (int j = i & (TP - 1); i < n && j < T; j += TP)
+                v += et_to_float(ss.p[et_lrc_off(ss, 0, r, j)]);
+            v = et_group_sum(v, TP);
+            if (i < n && (i & (TP - 1)) == 0) sc[r] = inv_rms(v);
         }
 #pragma unroll 4
         for (int t = (int)threadIdx.x; t < k; t += (int)blockDim.x)
