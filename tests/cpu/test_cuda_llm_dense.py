@@ -706,9 +706,10 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     the one-row, 8-rows-per-thread pass; with the tensor-core path (ET_LINEAR_MMA, and the
     CUDA-core path up to 8 rows a pass as the decode kernel has it), whose functions spill
     nothing, at most 32 bytes once a task in the body that calls them (the registers it
-    keeps across the call). The passes that fold an RMSNorm into x (SCALED, streaming or
-    on tensor cores) and the norm_linear_partial bodies may spill up to 16 bytes; with the tensor-core path,
-    which they call too, those bodies up to 128 bytes, once a task."""
+    keeps across the call). The passes that fold an RMSNorm into x (EtNormFold, streaming
+    or on tensor cores) and the norm_linear_partial bodies may spill up to 32 bytes (those of
+    float weights do; the decode kernel's, of bf16 weights, spill nothing here); with
+    the tensor-core path, which they call too, those bodies up to 128 bytes, once a task."""
     src = tmp_path / "dense.cu"
     src.write_text(INSTANCES)
     res = subprocess.run([NVCC, "-arch=sm_90a", "-std=c++17", "--use_fast_math", *defines,
@@ -716,11 +717,11 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
                           "--resource-usage"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     found = spills_by_function(res.stderr)
-    # et_linear_words<NB, R, KW, SCALED = true, ..>, et_linear_mma<MT, SCALED = true, ..>
-    scaled = r"et_linear_(?:wordsILi\d+ELi\d+ELi\d+|mmaILi\d+)ELb1E"
+    # et_linear_words<NB, R, KW, EtNormFold<..>, ..>, et_linear_mma<MT, EtNormFold<..>, ..>
+    scaled = r"et_linear_(?:words|mma)I.*EtNormFold"
     folded = {n: v for n, v in found.items() if "norm_linear" in n or re.search(scaled, n)}
     mma = any(d.startswith("-DET_LINEAR_MMA=") for d in defines)
-    assert all(max(v) <= (128 if mma and "norm_linear" in n else 16)
+    assert all(max(v) <= (128 if mma and "norm_linear" in n else 32)
                for n, v in folded.items()), folded
     plain = {n: v for n, v in found.items() if n not in folded}
     assert all(max(v) <= spill for v in plain.values()) and len(plain) <= (spill > 0), plain

@@ -583,16 +583,63 @@ __device__ __forceinline__ void et_body_argmax_reduce(const EtTileT<X>& x, const
 // ------------------------------------------------------------------ linear_partial
 
 // A linear_partial on plain tiles: out cell (r, j), at out[r * dr + j * dc], is the sum over
-// t < k of x[r * xr + t * xk] * w[j * wr + t] (w's rows contiguous); in the streaming path's
-// SCALED instances, x[r, t] scaled by et_norm_scales()[r0 + r] and [ET_NORM_ROWS + t] first
-// (an RMSNorm folded in, norm_linear_partial).
+// t < k of x[r * xr + t * xk] * w[j * wr + t] (w's rows contiguous); with a fold (below),
+// x[r, t] scaled by et_norm_scales()[r0 + r] and [ET_NORM_ROWS + t] first.
 struct EtLinear {
     int rows, cols, k, xr, xk, wr, dr, dc, r0;
+};
+
+template <typename A, typename B>
+struct EtSame {
+    static constexpr bool value = false;
+};
+template <typename A>
+struct EtSame<A, A> {
+    static constexpr bool value = true;
 };
 
 // The row scales (from 0) and column scales (from ET_NORM_ROWS) of a folded RMSNorm.
 #define ET_NORM_ROWS 64
 __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
+
+// What the streaming and tensor-core passes do to x as they stage it: nothing (EtNoFold), or
+// scale it by an RMSNorm folded in (EtNormFold, norm_linear_partial): row r by 1 / sqrt(sum
+// over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass given
+// rows > 0 writes those scales (et_fold_scales) once its first weight loads are issued, so
+// that the sums' and the norm weight's loads travel with them instead of before them; the
+// later row blocks of the same tile get rows = 0 and reuse them.
+struct EtNoFold {};
+template <typename N>
+struct EtNormFold {
+    const float* ss;  // row r's sums at ss[r * ss_r + j]
+    const N* nw;      // column t's weight at nw[t]
+    int ss_r, T, rows, cols;
+    float eps;
+};
+template <typename F>
+constexpr bool et_folds = !EtSame<F, EtNoFold>::value;
+
+// All threads: fold f's row scales (its `rows` rows) and column scales (k) into
+// et_norm_scales. The row sums load in one round, a group of TP <= 32 lanes a row, lane j
+// summing the row's sums j, j + TP, ... (a loop over a row's sums waits on one load at a
+// time). The caller's barrier makes them visible.
+template <typename N>
+__device__ __forceinline__ void et_fold_scales(const EtNormFold<N>& f, int k) {
+    float* sc = et_norm_scales();
+    const int lg = et_log2_ceil(f.T < 32 ? f.T : 32), TP = 1 << lg, n = f.rows << lg;
+#pragma unroll 1
+    for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles below)
+        const int i = i0 + (int)threadIdx.x, r = i >> lg;
+        float v = 0.f;
+        for (int j = i & (TP - 1); i < n && j < f.T; j += TP) v += f.ss[r * f.ss_r + j];
+        v = et_group_sum(v, TP);
+        if (i < n && (i & (TP - 1)) == 0) sc[r] = rsqrtf(v / (float)f.cols + f.eps);
+    }
+#pragma unroll 4
+    for (int t = (int)threadIdx.x; t < k; t += (int)blockDim.x)
+        sc[ET_NORM_ROWS + t] = et_to_float(f.nw[t]);
+}
+__device__ __forceinline__ void et_fold_scales(const EtNoFold&, int) {}
 
 // Weight words of the one-row streaming path through shared memory (knob ET_LINEAR_ASYNC = D
 // rounds, 0: off): each thread copies its own words of the rounds ahead (a round: the
@@ -681,8 +728,9 @@ __device__ __forceinline__ unsigned char& et_async_early() {
 // staged once, by the first pass, for every pass. Barriers: uniform (steps and chunks depend
 // on k only, passes on c); the last one after the last read of the staged x. Not inlined:
 // one copy per instance of this large loop, whose call costs little next to its work.
-template <int NB, int R, int KW, bool SCALED, typename X, typename W, typename O>
-__device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtLinear g) {
+template <int NB, int R, int KW, typename F, typename X, typename W, typename O>
+__device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtLinear g,
+                                             F fold) {
     constexpr int V = 16 / sizeof(W), WS = V * NB + 4, STEP = 8 * KW;
     constexpr int CHUNK = ET_LLM_SMEM_BYTES / 4 / WS / STEP * STEP, S = CHUNK / STEP;
     constexpr int XE = CHUNK * V * NB, XT = (XE + 255) / 256;  // floats of a chunk, per thread
@@ -697,7 +745,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
             const int f = (int)threadIdx.x + 256 * i, r = f / (CHUNK * V);
             const int t = chunk * CHUNK * V + f - r * (CHUNK * V);
             xv[i] = f < XE && r < g.rows && t < g.k ? et_to_float(x[r * g.xr + t * g.xk]) : 0.f;
-            if constexpr (SCALED)
+            if constexpr (et_folds<F>)
                 if (f < XE && r < g.rows && t < g.k)
                     xv[i] *= et_norm_scales()[g.r0 + r] * et_norm_scales()[ET_NORM_ROWS + t];
         }
@@ -728,6 +776,11 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         }
         if (!early) et_async_first_rounds<R, KW>(w, g, policy);
     }
+    if constexpr (et_folds<F> && !EARLY)  // (weights issued after x: the scales first)
+        if (fold.rows) {
+            et_fold_scales(fold, g.k);
+            __syncthreads();
+        }
     for (int j0 = 0; j0 < g.cols; j0 += 32 * R) {
         const W* wg = w + (j0 + grp) * g.wr + lane * V;  // this thread's first row and word
         EtWord16 cur[R][KW];
@@ -761,6 +814,11 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         };
         float acc[R][NB] = {};
         if (EARLY) take_w(cur, 0);
+        if constexpr (et_folds<F> && EARLY)
+            if (j0 == 0 && fold.rows) {  // (uniform) with the first weights in flight
+                et_fold_scales(fold, g.k);
+                __syncthreads();
+            }
         if (j0 == 0 || !one_chunk) {
             load_x(0);
             store_x();
@@ -949,12 +1007,12 @@ __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const Et
 // or, with ET_LINEAR_MMA_RING, the next blocks' in the ring. Accumulators
 // in float; k a multiple of 32, x rows 16-byte aligned with unit column stride, w's rows
 // whole words. Barriers: two a chunk (uniform: chunks depend on k, passes on the columns).
-// SCALED (norm_linear_partial): x[r, t] times et_norm_scales()[g.r0 + r] and
+// With a fold (norm_linear_partial): x[r, t] times et_norm_scales()[g.r0 + r] and
 // [ET_NORM_ROWS + t] as a chunk is staged (after its loads landed, so that they stay in
 // flight during the chunk before).
-template <int MT, bool SCALED, typename O>
+template <int MT, typename F, typename O>
 __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* out,
-                                           EtLinear g) {
+                                           EtLinear g, F fold) {
     constexpr bool HINT = ET_WEIGHTS_EVICT_FIRST;
     constexpr int NT = 4, KB = MT == 1 ? 4 : 2;  // tiles a warp; blocks a chunk
     constexpr int RING = ET_LINEAR_MMA_RING;
@@ -987,7 +1045,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             xa[i][1] = r + 8 < g.rows && k0 < g.k ? et_load4(x + (r + 8) * g.xr + k0) : zero;
         }
     };
-    auto scale_x = [&](int c) {  // SCALED: the loaded x of chunk c times its norm scales
+    auto scale_x = [&](int c) {  // a fold: the loaded x of chunk c times its norm scales
         const float* sc = et_norm_scales();
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
@@ -1005,7 +1063,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         }
     };
     auto stage_x = [&](int c) {
-        if constexpr (SCALED) scale_x(c);
+        if constexpr (et_folds<F>) scale_x(c);
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
             unsigned hi0[2], lo0[2], hi1[2], lo1[2];
@@ -1074,6 +1132,9 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             load_w(cur, 0);
         }
         load_x(0);
+        // with the first weights and x in flight (the loop's first barrier publishes them)
+        if constexpr (et_folds<F>)
+            if (p0 == 0 && fold.rows) et_fold_scales(fold, g.k);
 #pragma unroll 1
         for (int c = 0; c < chunks; ++c) {
             __syncthreads();  // every warp done with the fragments of the chunk before
@@ -1121,15 +1182,6 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     }
 }
 
-template <typename A, typename B>
-struct EtSame {
-    static constexpr bool value = false;
-};
-template <typename A>
-struct EtSame<A, A> {
-    static constexpr bool value = true;
-};
-
 // Whether et_linear_mma takes a linear_partial of x (float), w (bf16) and g: at least
 // ET_LINEAR_MMA rows, k a multiple of 32, x rows of aligned float4 runs.
 template <typename X, typename W>
@@ -1171,10 +1223,17 @@ __device__ __forceinline__ bool et_one_pass_row(int k) {
 // streaming 277 MB of bf16 weights in tasks of 128 columns by k = 4096, with 16 loads in
 // flight for 2 rows (8 double-buffered), 8 for 4 and 4 for 8: n = 1 at about 3.8 TB/s, n = 2
 // at 3.5, n = 4 at 3.1, n = 8 at 1.9, n = 16 at 1.4, against 4.25 TB/s of device-to-device
-// copy.) Up to 255 registers, no spills, at one CTA per SM.
-template <bool SCALED = false, typename X, typename W, typename O>
-__device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g) {
+// copy.) Up to 255 registers, no spills, at one CTA per SM. A fold's scales are written by
+// the first block's pass and reused by the others.
+template <typename X, typename W, typename O, typename F = EtNoFold>
+__device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out, EtLinear g,
+                                                 F fold = {}) {
     const int rows = g.rows;
+    auto block_fold = [&](int r0) {  // (no fold: EtNoFold)
+        F f = fold;
+        if constexpr (et_folds<F>) f.rows = r0 == 0 ? fold.rows : 0;
+        return f;
+    };
     if constexpr (ET_LINEAR_MMA_BUILT)
         if (et_mma_ok(x, w, g)) {
 #pragma unroll 1
@@ -1184,9 +1243,11 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
                 b.r0 = g.r0 + r0;
                 const float* xb = reinterpret_cast<const float*>(x) + r0 * g.xr;
                 const et_bf16* wb = reinterpret_cast<const et_bf16*>(w);
-                if (b.rows <= 16) et_linear_mma<1, SCALED>(xb, wb, out + r0 * g.dr, b);
-                else if (b.rows <= 32) et_linear_mma<2, SCALED>(xb, wb, out + r0 * g.dr, b);
-                else et_linear_mma<4, SCALED>(xb, wb, out + r0 * g.dr, b);
+                O* ob = out + r0 * g.dr;
+                const F f = block_fold(r0);
+                if (b.rows <= 16) et_linear_mma<1>(xb, wb, ob, b, f);
+                else if (b.rows <= 32) et_linear_mma<2>(xb, wb, ob, b, f);
+                else et_linear_mma<4>(xb, wb, ob, b, f);
             }
             return;
         }
@@ -1198,16 +1259,16 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
         const X* xb = x + r0 * g.xr;
         O* ob = out + r0 * g.dr;
         if (b.rows == 1 && et_one_pass_row<W>(b.k))
-            et_linear_words<1, 8, 2, SCALED>(xb, w, ob, b);
-        else if (b.rows == 1) et_linear_words<1, 4, 4, SCALED>(xb, w, ob, b);
+            et_linear_words<1, 8, 2>(xb, w, ob, b, block_fold(r0));
+        else if (b.rows == 1) et_linear_words<1, 4, 4>(xb, w, ob, b, block_fold(r0));
         else if (b.rows == 2) {  // (each instance compiled only where a block can need it)
-            if constexpr (CR >= 2) et_linear_words<2, 8, 2, SCALED>(xb, w, ob, b);
+            if constexpr (CR >= 2) et_linear_words<2, 8, 2>(xb, w, ob, b, block_fold(r0));
         } else if (b.rows <= 4) {
-            if constexpr (CR >= 4) et_linear_words<4, 4, 4, SCALED>(xb, w, ob, b);
+            if constexpr (CR >= 4) et_linear_words<4, 4, 4>(xb, w, ob, b, block_fold(r0));
         } else if (b.rows <= 8) {
-            if constexpr (CR >= 8) et_linear_words<8, 4, 2, SCALED>(xb, w, ob, b);
+            if constexpr (CR >= 8) et_linear_words<8, 4, 2>(xb, w, ob, b, block_fold(r0));
         } else if constexpr (CR >= 16) {
-            et_linear_words<16, 4, 1, SCALED>(xb, w, ob, b);
+            et_linear_words<16, 4, 1>(xb, w, ob, b, block_fold(r0));
         }
     }
 }
@@ -1428,12 +1489,11 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
 // norm_linear_partial: linear_partial of x [n, k] scaled per row by 1 / sqrt(sum(ss[r, :]) /
 // cols + eps) (ss [n, T]: the sums of squares of the row's T residual tiles) and per column
 // by the norm weight nw [k]: the RMSNorm of the rows, whose K-slice x is, folded into the
-// projection after it. The scales go to et_norm_scales (rows first, then the columns from
-// ET_NORM_ROWS on) and the streaming path applies them as it stages x; tiles it does not
-// take (unaligned, more rows or columns than the scratch holds) go one thread per cell. The
-// row sums load in one round (a group of lanes a row, one sum each up to 32 sums a row):
-// a loop over a row's sums waits on one load at a time, and the projection's weights are
-// issued only after the scales.
+// projection after it. The streaming and tensor-core paths take it as an EtNormFold: they
+// write the scales to et_norm_scales once their first weight loads are issued and apply
+// them as they stage x; tiles they do not take (unaligned, more rows or columns than the
+// scratch holds, sums not float or rows of sums and weight not contiguous) go one thread
+// per cell.
 template <typename X, typename S, typename N, typename W, typename O>
 __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
                                                             const EtTileT<S>& ss,
@@ -1442,34 +1502,20 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
                                                             const EtTileT<O>& out, float eps,
                                                             int cols) {
     const int rows = (int)x.n[0], k = (int)x.n[1], T = et_cols(ss);
-    auto inv_rms = [&](float sum) { return rsqrtf(sum / (float)cols + eps); };
     auto row_scale = [&](int r) {
         float t = 0.f;
 #pragma unroll 1
         for (int j = 0; j < T; ++j) t += et_to_float(ss.p[et_lrc_off(ss, 0, r, j)]);
-        return inv_rms(t);
+        return rsqrtf(t / (float)cols + eps);
     };
     auto col_scale = [&](int t) { return et_to_float(nw.p[et_lrc_off(nw, 0, 0, t)]); };
     const EtLinear g = et_linear_of(x, w, out);
-    if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS &&
-        k <= ET_SCRATCH_FLOATS - ET_NORM_ROWS) {
-        float* sc = et_norm_scales();
-        // a group of TP lanes a row (TP <= 32), lane j summing the row's sums j, j + TP, ...
-        const int lg = et_log2_ceil(T < 32 ? T : 32), TP = 1 << lg, n = rows << lg;
-#pragma unroll 1
-        for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles below)
-            const int i = i0 + (int)threadIdx.x, r = i >> lg;
-            float v = 0.f;
-            for (int j = i & (TP - 1); i < n && j < T; j += TP)
-                v += et_to_float(ss.p[et_lrc_off(ss, 0, r, j)]);
-            v = et_group_sum(v, TP);
-            if (i < n && (i & (TP - 1)) == 0) sc[r] = inv_rms(v);
+    if constexpr (EtSame<S, float>::value)
+        if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS &&
+            k <= ET_SCRATCH_FLOATS - ET_NORM_ROWS && ss.rank == 2 && !ss.idx[0] &&
+            !ss.idx[1] && ss.s[1] == 1 && nw.rank == 1 && !nw.idx[0] && nw.s[0] == 1) {
+            const EtNormFold<N> fold{ss.p, nw.p, (int)ss.s[0], T, rows, cols, eps};
+            return et_linear_blocks(x.p, w.p, out.p, g, fold);
         }
-#pragma unroll 4
-        for (int t = (int)threadIdx.x; t < k; t += (int)blockDim.x)
-            sc[ET_NORM_ROWS + t] = col_scale(t);
-        __syncthreads();
-        return et_linear_blocks<true>(x.p, w.p, out.p, g);
-    }
     et_linear_cells(x, w, out, row_scale, col_scale);
 }
