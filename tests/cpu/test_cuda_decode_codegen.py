@@ -110,11 +110,15 @@ def test_decode_kernel_with_fused_norms_compiles():
 def test_decode_kernel_with_folded_norms_compiles():
     """With fold_norm the residual adds write the sums of squares of their rows and the
     projections after them apply the norm (norm_linear_partial); only layer 0's input norm
-    and the final norm keep rms_norm cases; the kernel compiles."""
+    and the final norm keep rms_norm cases; the plain projections take the same folding
+    passes (ET_LINEAR_FOLDS), which a kernel without folded norms leaves out; the kernel
+    compiles."""
     _, p = decode_program("tiny-qwen3", layers=2, tiles="fold_norm=1")
     src = generate(p, "static")
     assert "et_body_norm_linear_partial(" in src and "et_body_residual_add_sumsq(" in src
     assert src.count("kind rms_norm;") == 1  # one case: l0_attn_norm, final_norm
+    assert "#define ET_LINEAR_FOLDS 1\n" in src
+    assert "ET_LINEAR_FOLDS" not in generate(decode_program("tiny-qwen3", layers=2)[1], "static")
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 

@@ -580,6 +580,24 @@ def test_linear_core_rows_blocks_match_reference(core_rows_results, i):
     check_outputs(*core_rows_results[i])
 
 
+# linear_partial through the passes that fold a norm, given a zero fold (ET_LINEAR_FOLDS, as in
+# a kernel that has norm_linear_partial tasks too): streaming and on tensor cores, all
+# row-block sizes
+FOLDS_CASES = [c for c in CASES if c.kind == "linear_partial" and not c.staged]
+
+
+@pytest.fixture(scope="module")
+def folds_results(tmp_path_factory):
+    return run_cases(tmp_path_factory.mktemp("folds"), FOLDS_CASES,
+                     PRELUDE + "#define ET_LINEAR_FOLDS 1\n")
+
+
+@needs_cxx
+@pytest.mark.parametrize("i", range(len(FOLDS_CASES)), ids=[case_id(c) for c in FOLDS_CASES])
+def test_linear_through_the_folding_passes_matches_reference(folds_results, i):
+    check_outputs(*folds_results[i])
+
+
 # one-row linears with their weight words through the thread's ring of rounds in shared
 # memory (ET_LINEAR_ASYNC 2 and 3; passes and steps from 1 to 48 rounds, rows clipped,
 # words past k)
@@ -699,7 +717,10 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
                                               "-DET_LINEAR_MMA_RING=4"], 32),
                                             (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
                                               "-DET_LINEAR_MMA_RING=8",
-                                              "-DET_LINEAR_MMA_SPREAD=1"], 32)])
+                                              "-DET_LINEAR_MMA_SPREAD=1"], 32),
+                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
+                                              "-DET_LINEAR_MMA_RING=4",
+                                              "-DET_LINEAR_FOLDS=1"], 32)])
 def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
     spills registers; with weights loaded evict-first (an opt-in knob), at most 8 bytes in
@@ -709,7 +730,8 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     keeps across the call). The passes that fold an RMSNorm into x (EtNormFold, streaming
     or on tensor cores) and the norm_linear_partial bodies may spill up to 32 bytes (those of
     float weights do; the decode kernel's, of bf16 weights, spill nothing here); with
-    the tensor-core path, which they call too, those bodies up to 128 bytes, once a task."""
+    the tensor-core path, which they call too, those bodies up to 128 bytes, once a task, and
+    so may the linear_partial bodies where they call the folding passes (ET_LINEAR_FOLDS)."""
     src = tmp_path / "dense.cu"
     src.write_text(INSTANCES)
     res = subprocess.run([NVCC, "-arch=sm_90a", "-std=c++17", "--use_fast_math", *defines,
@@ -719,9 +741,11 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     found = spills_by_function(res.stderr)
     # et_linear_words<NB, R, KW, EtNormFold<..>, ..>, et_linear_mma<MT, EtNormFold<..>, ..>
     scaled = r"et_linear_(?:words|mma)I.*EtNormFold"
-    folded = {n: v for n, v in found.items() if "norm_linear" in n or re.search(scaled, n)}
+    # with ET_LINEAR_FOLDS the linear_partial bodies call the folding passes too
+    calls = r"norm_linear" + (r"|^_Z\d+linear_" if "-DET_LINEAR_FOLDS=1" in defines else "")
+    folded = {n: v for n, v in found.items() if re.search(calls, n) or re.search(scaled, n)}
     mma = any(d.startswith("-DET_LINEAR_MMA=") for d in defines)
-    assert all(max(v) <= (128 if mma and "norm_linear" in n else 32)
+    assert all(max(v) <= (128 if mma and re.search(calls, n) else 32)
                for n, v in folded.items()), folded
     plain = {n: v for n, v in found.items() if n not in folded}
     assert all(max(v) <= spill for v in plain.values()) and len(plain) <= (spill > 0), plain

@@ -353,6 +353,8 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
            *([f"#define ET_NUM_TENSORS {len(p.tensors)}"] if uses_tensor_table(p) else []),
            *(f"#define {name} {value}" for name, value in sorted(knobs.items())),
            *_attention_groups(p),
+           *(["#define ET_LINEAR_FOLDS 1"]
+             if any(grid.kind == "norm_linear_partial" for grid in p.grids) else []),
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"',

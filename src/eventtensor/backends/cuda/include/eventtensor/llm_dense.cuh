@@ -603,11 +603,17 @@ struct EtSame<A, A> {
 __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 
 // What the streaming and tensor-core passes do to x as they stage it: nothing (EtNoFold), or
-// scale it by an RMSNorm folded in (EtNormFold, norm_linear_partial): row r by 1 / sqrt(sum
-// over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass given
-// rows > 0 writes those scales (et_fold_scales) once its first weight loads are issued, so
-// that the sums' and the norm weight's loads travel with them instead of before them; the
-// later row blocks of the same tile get rows = 0 and reuse them.
+// scale it by an RMSNorm folded in (EtNormFold with ss set, norm_linear_partial): row r by
+// 1 / sqrt(sum over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass
+// given rows > 0 writes those scales (et_fold_scales) once its first weight loads are issued,
+// so that the sums' and the norm weight's loads travel with them instead of before them; the
+// later row blocks of the same tile get rows = 0 and reuse them. A zero EtNormFold (ss null)
+// scales nothing: where a kernel has both kinds (ET_LINEAR_FOLDS, set by codegen when the
+// program has norm_linear_partial tasks), linear_partial takes it too, so that the passes are
+// compiled once, not once per kind.
+#ifndef ET_LINEAR_FOLDS
+#define ET_LINEAR_FOLDS 0
+#endif
 struct EtNoFold {};
 template <typename N>
 struct EtNormFold {
@@ -746,7 +752,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
             const int t = chunk * CHUNK * V + f - r * (CHUNK * V);
             xv[i] = f < XE && r < g.rows && t < g.k ? et_to_float(x[r * g.xr + t * g.xk]) : 0.f;
             if constexpr (et_folds<F>)
-                if (f < XE && r < g.rows && t < g.k)
+                if (fold.ss && f < XE && r < g.rows && t < g.k)
                     xv[i] *= et_norm_scales()[g.r0 + r] * et_norm_scales()[ET_NORM_ROWS + t];
         }
     };
@@ -1063,7 +1069,8 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         }
     };
     auto stage_x = [&](int c) {
-        if constexpr (et_folds<F>) scale_x(c);
+        if constexpr (et_folds<F>)
+            if (fold.ss) scale_x(c);
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
             unsigned hi0[2], lo0[2], hi1[2], lo1[2];
@@ -1447,7 +1454,10 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
         if (et_linear_staged_ok(x.p, w.p, g))
             return g.rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
                                : et_linear_staged<2>(x.p, w.p, out.p, g);
-        return et_linear_blocks(x.p, w.p, out.p, g);
+        if constexpr (ET_LINEAR_FOLDS)  // (the folding passes, scaling nothing)
+            return et_linear_blocks(x.p, w.p, out.p, g, EtNormFold<W>{});
+        else
+            return et_linear_blocks(x.p, w.p, out.p, g);
     }
     et_linear_rest(x, w, out, et_linear_plain(x, w, out), g);
 }
