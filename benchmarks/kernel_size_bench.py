@@ -3,12 +3,14 @@ an empty cache, the cubin's bytes and the machine instructions of each of its fu
 (nvdisasm, where one is found), under device-library knob sets given side by side.
 
     PYTHONPATH=src python3 benchmarks/kernel_size_bench.py --model llama-3.2-1b \
-        --knobs "" --knobs "ET_PREFETCH_NEXT=1,ET_WEIGHTS_EVICT_FIRST=0" --out DIR
+        --knobs "" --knobs "ET_PREFETCH_NEXT=1,ET_WEIGHTS_EVICT_FIRST=0" \
+        --tiles "fold_norm=1" --out DIR
 
-Each --knobs is "ET_X=N,..." over the decode session's own (`gpu_decode.decode_knobs`); the
-kernel is the static one decode_bench.py times (B <= 64, 1024 positions). Small bodies of the
-decode step run on code fetched cold, so its size is part of the step's critical path.
-Writes kernel_size.json and kernel_size.md.
+Each --knobs is "ET_X=N,..." over the decode session's own (`gpu_decode.decode_knobs`), each
+--tiles a configuration as decode_tiles_bench.py takes it: "field=value,..." over
+`gpu_tiles`, ET_* items knobs; the kernel is the static one decode_bench.py times (B <= 64,
+1024 positions). Small bodies of the decode step run on code fetched cold, so its size is
+part of the step's critical path. Writes kernel_size.json and kernel_size.md.
 """
 from __future__ import annotations
 
@@ -74,8 +76,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     lines = [f"# Decode megakernel size: {meta['model']}, static mode", "",
              f"{meta['date']}, commit {meta['commit']}, {meta['host']} ({meta['gpu']}). "
              f"Command: `{meta['command']}`", "",
-             "| knobs (over the session's) | compile s | cubin KB | instructions | largest "
-             "functions |", "|---|---:|---:|---:|---|"]
+             "| knobs or tiles (over the session's) | compile s | cubin KB | instructions | "
+             "largest functions |", "|---|---:|---:|---:|---|"]
     for r in rows:
         top = ", ".join(f"{n} {c}" for n, c in list(r["functions"].items())[:4])
         lines.append(f"| `{r['knobs_text'] or 'none'}` | {r['compile_s']:.1f} | "
@@ -86,10 +88,12 @@ def markdown(meta: dict, rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="llama-3.2-1b")
-    ap.add_argument("--knobs", action="append", default=None)
+    ap.add_argument("--knobs", action="append", default=[])
+    ap.add_argument("--tiles", action="append", default=[])
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
     from decode_bench import run_meta, write_run
+    from decode_trace_bench import split_config
 
     from eventtensor.backends.cuda.codegen import generate, kernel_name
     from eventtensor.backends.cuda.compiler import compile_source
@@ -98,12 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     from eventtensor.models.gpu_decode import decode_knobs, gpu_tiles
     from eventtensor.schedule import prepare
     cfg = get_config(args.model)
-    program = prepare(build_decode_program(cfg, 64, 1024, gpu_tiles(cfg, 64),
-                                           weight_dtype="bfloat16", cache_dtype="bfloat16"),
-                      "static")
+    base = gpu_tiles(cfg, 64)
+    configs = [(text, base, parse_knobs(text)) for text in args.knobs]
+    for text in args.tiles:
+        tiles, options = split_config(base, text)
+        if set(options) - {"knobs"}:
+            raise SystemExit(f"--tiles {text!r}: only tile fields and ET_* knobs")
+        configs.append((text, tiles, options.get("knobs", {})))
     disasm, rows = nvdisasm(), []
-    for text in args.knobs or [""]:
-        source = generate(program, "static", knobs=decode_knobs(parse_knobs(text)))
+    for text, tiles, knobs in configs or [("", base, {})]:
+        program = prepare(build_decode_program(cfg, 64, 1024, tiles, weight_dtype="bfloat16",
+                                               cache_dtype="bfloat16"), "static")
+        source = generate(program, "static", knobs=decode_knobs(knobs))
         with tempfile.TemporaryDirectory() as cache:
             os.environ["EVENTTENSOR_CACHE"] = cache  # an empty cache: a cold compile
             compiled = compile_source(source, kernel_name(program, "static"))
