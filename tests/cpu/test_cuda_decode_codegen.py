@@ -126,7 +126,7 @@ def test_decode_sessions_default_knobs_compile():
     """The decode session's knobs (decode_knobs: no next-task L2 prefetch, evict-first
     weights, tensor cores from 8 rows with their weights through the ring of blocks and
     their MMAs in the spread order, CUDA-core passes of up to 8 rows, the attention's KV
-    stream; the stage ring without
+    stream, every task's notifies published at once; the stage ring without
     evict-first weights and the two rings, caller knobs on top) make a kernel that compiles
     and differs from the device library's defaults."""
     from eventtensor.models.gpu_decode import DECODE_KNOBS, decode_knobs
@@ -136,11 +136,13 @@ def test_decode_sessions_default_knobs_compile():
                                                   "ET_LINEAR_CORE_ROWS": 8,
                                                   "ET_ATTN_STREAM": 16,
                                                   "ET_LINEAR_MMA_RING": 4,
-                                                  "ET_LINEAR_MMA_SPREAD": 1}
+                                                  "ET_LINEAR_MMA_SPREAD": 1,
+                                                  "ET_DEFER_MAX": 1}
     assert decode_knobs({"ET_STAGE_BYTES": 4096}) == {"ET_PREFETCH_NEXT": 0,
                                                       "ET_LINEAR_MMA": 8,
                                                       "ET_LINEAR_CORE_ROWS": 8,
                                                       "ET_LINEAR_MMA_SPREAD": 1,
+                                                      "ET_DEFER_MAX": 1,
                                                       "ET_STAGE_BYTES": 4096}
     assert decode_knobs({"ET_PREFETCH_NEXT": 1})["ET_PREFETCH_NEXT"] == 1
     _, p = decode_program("tiny-llama", layers=1)
@@ -148,7 +150,7 @@ def test_decode_sessions_default_knobs_compile():
     assert "#define ET_PREFETCH_NEXT 0" in src and "#define ET_WEIGHTS_EVICT_FIRST 1" in src
     assert "#define ET_LINEAR_MMA 8" in src and "#define ET_LINEAR_CORE_ROWS 8" in src
     assert "#define ET_ATTN_STREAM 16" in src and "#define ET_LINEAR_MMA_RING 4" in src
-    assert "#define ET_LINEAR_MMA_SPREAD 1" in src
+    assert "#define ET_LINEAR_MMA_SPREAD 1" in src and "#define ET_DEFER_MAX 1" in src
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 

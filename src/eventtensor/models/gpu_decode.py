@@ -35,31 +35,43 @@ PER_TOKEN = ("tokens", "positions", "slots", "starts")  # inputs of one entry pe
 
 def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     """Tiles for the H200: one row tile for up to 64 tokens (each weight tile is read once
-    per step), split-K 16 over the hidden size so that the q, k and v projections have
-    16 * K tasks each, and 4 for gate and up, 256-column FFN tiles, 128-column output and
-    vocabulary tiles, and norms and residual adds over tiles of 8 rows by 256 columns
-    (benchmarks/results/history/decode_tiles_6dcf913.md: these norm, residual and gate/up
-    tiles took Llama-3.2-1B from 3.43 to 2.88 ms at B = 1 and 10.68 to 7.31 ms at B = 16).
+    per step); split-K 4 over the hidden size for the q, k and v projections and 2 for gate
+    and up, 8 over the FFN for the down projection (K-slices of 1024 for Llama-3.2-1B);
+    256-column FFN tiles, 128-column output and vocabulary tiles, and norms and residual adds
+    over tiles of 8 rows by 256 columns (benchmarks/results/history/decode_tiles_6dcf913.md:
+    these norm, residual and gate/up tiles took Llama-3.2-1B from 3.43 to 2.88 ms at B = 1
+    and 10.68 to 7.31 ms at B = 16). Fewer, longer split-K tasks leave fewer partials to the
+    RoPE, SiLU and residual tasks that sum them and fewer tasks to dispatch: on an H100,
+    Llama-3.2-1B, context 512, from 2.104 / 2.890 / 5.699 ms at B = 1 / 16 / 64 with splits
+    16 / 4 / 32 (q, k, v / gate, up / down) to 1.901 / 2.661 / 5.302 with the down split 8
+    alone, and with ET_DEFER_MAX = 1 (below) to 1.757 / 2.324 / 4.851 ms with 4 / 2 / 8;
+    8 / 2 / 8: 1.748 / 2.391 / 4.882, 2 / 2 / 8: 1.836 / 2.370 / 5.025; down splits of 4 or
+    16 are slower (benchmarks/results/splits/).
     KV chunks: 128 positions where a step has fewer than 16 tokens, so that a few requests'
     attention spreads over more tasks; else as many as the fast path's score buffer holds
     (1024 for up to 4 query heads a KV head), so that a request's attention is one task a KV
     head and needs no merge up to that context. Llama-3.2-1B, context 512, kernel for 64
     tokens, on an H100: 5.88 to 4.64 ms at B = 16, 16.53 to 12.43 ms at B = 64, 2.21 to
-    2.31 ms at B = 1 (benchmarks/results/decode_tiles_h100.md). RoPE tiles of 4 rows: the
+    2.31 ms at B = 1 (benchmarks/results/decode_tiles_h100.md); chunks of 256 or 128 in that
+    kernel are still slower at every B (2.176 / 3.496 / 9.054 and 2.156 / 3.838 / 11.972 ms
+    against 2.103 / 2.891 / 5.701, benchmarks/results/splits/decode_tiles_233086c_h100.md).
+    RoPE tiles of 4 rows: the
     projections' row tile holds every token of a step, and RoPE over 64 rows was one task a
     KV head of 67 µs in every layer at B = 64
     (benchmarks/results/history/decode_trace_6bfeb4b.md). Norms of 2 rows (residual adds
     kept at 8, `residual_rows`) take B = 16 from 3.13 to 2.94 ms but B = 64 from 6.84 to
     7.11 ms on an H200 (benchmarks/results/norms/decode_norm_rows_1623f78.md): 8 rows stay."""
     E = config.hidden_size
-    k_split = 16 if E % 16 == 0 else 1
-    mlp_split = 4 if E % 4 == 0 else 1
-    ffn = 256 if config.intermediate_size % 256 == 0 else 128
+    F = config.intermediate_size
+    k_split = 4 if E % 4 == 0 else 1
+    mlp_split = 2 if E % 2 == 0 else 1
+    ffn = 256 if F % 256 == 0 else 128
+    down_split = 8 if F % 8 == 0 else None
     group = attention_group(config.num_heads // config.num_kv_heads)
     kv_chunk = 128 if max_tokens < 16 else min(1024, ATTN_SCORE_FLOATS // group)
     return DecodeTiles(rows=min(max_tokens, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
                        vocab_tile=128, kv_chunk=kv_chunk, mlp_split=mlp_split, norm_rows=8,
-                       rope_rows=4, residual_tile=256)
+                       rope_rows=4, residual_tile=256, down_split=down_split)
 
 
 # The device-library knobs of the decode kernel: no L2 prefetch of the next task's tiles (the
@@ -88,9 +100,15 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # with the spread order 6.487 ms at B = 64), and so were 2 or 3 rounds of the one-row
 # linear's weights in shared memory (ET_LINEAR_ASYNC: 2.080 / 3.016 / 6.563 and 2.314 /
 # 3.213 / 6.742 ms; benchmarks/results/mma_ring/decode_tiles_ab00c3d_h100.md).
+# Every task publishes its notifies as soon as its writes are fenced (ET_DEFER_MAX = 1, no
+# notifies held back over the wait-free tasks after it, as the q projection's were over the
+# k projection's and the gate's over the up's, 7.6 and 12.3 µs at B = 1): on an H100, 2.103 /
+# 2.891 / 5.701 to 2.055 / 2.812 / 5.660 ms at B = 1 / 16 / 64, and with the down split 8
+# of gpu_tiles 1.901 / 2.661 / 5.302 to 1.873 / 2.620 / 5.199 (2 tasks held: 1.907 / 2.602 /
+# 5.243; benchmarks/results/splits/decode_tiles_233086c_h100.md, _down_).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
                 "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16, "ET_LINEAR_MMA_RING": 4,
-                "ET_LINEAR_MMA_SPREAD": 1}
+                "ET_LINEAR_MMA_SPREAD": 1, "ET_DEFER_MAX": 1}
 
 
 def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
