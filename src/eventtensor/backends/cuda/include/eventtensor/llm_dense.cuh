@@ -584,7 +584,7 @@ __device__ __forceinline__ void et_body_argmax_reduce(const EtTileT<X>& x, const
 
 // A linear_partial on plain tiles: out cell (r, j), at out[r * dr + j * dc], is the sum over
 // t < k of x[r * xr + t * xk] * w[j * wr + t] (w's rows contiguous); with a fold (below),
-// x[r, t] scaled by et_norm_scales()[r0 + r] and [ET_NORM_ROWS + t] first.
+// x[r, t] scaled by its row's et_norm_scales()[r0 + r] and its column's norm weight first.
 struct EtLinear {
     int rows, cols, k, xr, xk, wr, dr, dc, r0;
 };
@@ -598,16 +598,17 @@ struct EtSame<A, A> {
     static constexpr bool value = true;
 };
 
-// The row scales (from 0) and column scales (from ET_NORM_ROWS) of a folded RMSNorm.
+// The row scales of a folded RMSNorm (up to ET_NORM_ROWS rows).
 #define ET_NORM_ROWS 64
 __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 
 // What the streaming and tensor-core passes do to x as they stage it: nothing (EtNoFold), or
 // scale it by an RMSNorm folded in (EtNormFold with ss set, norm_linear_partial): row r by
 // 1 / sqrt(sum over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass
-// given rows > 0 writes those scales (et_fold_scales) once its first weight loads are issued,
-// so that the sums' and the norm weight's loads travel with them instead of before them; the
-// later row blocks of the same tile get rows = 0 and reuse them. A zero EtNormFold (ss null)
+// given rows > 0 writes the row scales (et_fold_scales) once its first weight loads are
+// issued, so that the sums' loads travel with them instead of before them; the later row
+// blocks of the same tile get rows = 0 and reuse them. The column scales are loaded with x,
+// element by element, so that a K-slice of any length folds. A zero EtNormFold (ss null)
 // scales nothing: where a kernel has both kinds (ET_LINEAR_FOLDS, set by codegen when the
 // program has norm_linear_partial tasks), linear_partial takes it too, so that the passes are
 // compiled once, not once per kind.
@@ -625,12 +626,12 @@ struct EtNormFold {
 template <typename F>
 constexpr bool et_folds = !EtSame<F, EtNoFold>::value;
 
-// All threads: fold f's row scales (its `rows` rows) and column scales (k) into
-// et_norm_scales. The row sums load in one round, a group of TP <= 32 lanes a row, lane j
-// summing the row's sums j, j + TP, ... (a loop over a row's sums waits on one load at a
-// time). The caller's barrier makes them visible.
+// All threads: fold f's row scales (its `rows` rows) into et_norm_scales. The row sums load
+// in one round, a group of TP <= 32 lanes a row, lane j summing the row's sums j, j + TP, ...
+// (a loop over a row's sums waits on one load at a time). The caller's barrier makes them
+// visible.
 template <typename N>
-__device__ __forceinline__ void et_fold_scales(const EtNormFold<N>& f, int k) {
+__device__ __forceinline__ void et_fold_scales(const EtNormFold<N>& f) {
     float* sc = et_norm_scales();
     const int lg = et_log2_ceil(f.T < 32 ? f.T : 32), TP = 1 << lg, n = f.rows << lg;
 #pragma unroll 1
@@ -641,11 +642,8 @@ __device__ __forceinline__ void et_fold_scales(const EtNormFold<N>& f, int k) {
         v = et_group_sum(v, TP);
         if (i < n && (i & (TP - 1)) == 0) sc[r] = rsqrtf(v / (float)f.cols + f.eps);
     }
-#pragma unroll 4
-    for (int t = (int)threadIdx.x; t < k; t += (int)blockDim.x)
-        sc[ET_NORM_ROWS + t] = et_to_float(f.nw[t]);
 }
-__device__ __forceinline__ void et_fold_scales(const EtNoFold&, int) {}
+__device__ __forceinline__ void et_fold_scales(const EtNoFold&) {}
 
 // Weight words of the one-row streaming path through shared memory (knob ET_LINEAR_ASYNC = D
 // rounds, 0: off): each thread copies its own words of the rounds ahead (a round: the
@@ -753,7 +751,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
             xv[i] = f < XE && r < g.rows && t < g.k ? et_to_float(x[r * g.xr + t * g.xk]) : 0.f;
             if constexpr (et_folds<F>)
                 if (fold.ss && f < XE && r < g.rows && t < g.k)
-                    xv[i] *= et_norm_scales()[g.r0 + r] * et_norm_scales()[ET_NORM_ROWS + t];
+                    xv[i] *= et_norm_scales()[g.r0 + r] * et_to_float(fold.nw[t]);
         }
     };
     auto store_x = [&]() {
@@ -784,7 +782,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     }
     if constexpr (et_folds<F> && !EARLY)  // (weights issued after x: the scales first)
         if (fold.rows) {
-            et_fold_scales(fold, g.k);
+            et_fold_scales(fold);
             __syncthreads();
         }
     for (int j0 = 0; j0 < g.cols; j0 += 32 * R) {
@@ -822,7 +820,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         if (EARLY) take_w(cur, 0);
         if constexpr (et_folds<F> && EARLY)
             if (j0 == 0 && fold.rows) {  // (uniform) with the first weights in flight
-                et_fold_scales(fold, g.k);
+                et_fold_scales(fold);
                 __syncthreads();
             }
         if (j0 == 0 || !one_chunk) {
@@ -1013,9 +1011,9 @@ __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const Et
 // or, with ET_LINEAR_MMA_RING, the next blocks' in the ring. Accumulators
 // in float; k a multiple of 32, x rows 16-byte aligned with unit column stride, w's rows
 // whole words. Barriers: two a chunk (uniform: chunks depend on k, passes on the columns).
-// With a fold (norm_linear_partial): x[r, t] times et_norm_scales()[g.r0 + r] and
-// [ET_NORM_ROWS + t] as a chunk is staged (after its loads landed, so that they stay in
-// flight during the chunk before).
+// With a fold (norm_linear_partial): x[r, t] times et_norm_scales()[g.r0 + r] and the norm
+// weight nw[t] (loaded with x) as a chunk is staged (after its loads landed, so that they
+// stay in flight during the chunk before).
 template <int MT, typename F, typename O>
 __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* out,
                                            EtLinear g, F fold) {
@@ -1037,6 +1035,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     // this thread's fragments f = threadIdx.x + 256 i of a chunk: ((b * 2 + h) * MT + mt) * 32
     // + lane, x rows 16 mt + g and + 8 at k 32 b + 8 q + 4 h of the chunk
     float4 xa[PER][2];
+    float4 cw[et_folds<F> ? PER : 1];  // a fold: the norm weights of x's 4 columns
     auto frag_at = [&](int i, int c, int& r, int& k0) {  // fragment i's x row g and k
         const int f = (int)threadIdx.x + 256 * i, fl = f & 31, rest = f >> 5;
         const int mt = rest % MT, bh = rest / MT, b = bh >> 1, h = bh & 1;
@@ -1049,6 +1048,10 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             frag_at(i, c, r, k0);
             xa[i][0] = r < g.rows && k0 < g.k ? et_load4(x + r * g.xr + k0) : zero;
             xa[i][1] = r + 8 < g.rows && k0 < g.k ? et_load4(x + (r + 8) * g.xr + k0) : zero;
+            if constexpr (et_folds<F>)
+                if (fold.ss && k0 < g.k)
+                    cw[i] = {et_to_float(fold.nw[k0]), et_to_float(fold.nw[k0 + 1]),
+                             et_to_float(fold.nw[k0 + 2]), et_to_float(fold.nw[k0 + 3])};
         }
     };
     auto scale_x = [&](int c) {  // a fold: the loaded x of chunk c times its norm scales
@@ -1057,8 +1060,8 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         for (int i = 0; i < PER; ++i) {
             int r, k0;
             frag_at(i, c, r, k0);
-            if (k0 >= g.k) continue;  // zeros stay zeros (the scratch past k is not set)
-            const float4 cs = *reinterpret_cast<const float4*>(sc + ET_NORM_ROWS + k0);
+            if (k0 >= g.k) continue;  // zeros stay zeros
+            const float4 cs = cw[i];
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 if (r + 8 * e >= g.rows) continue;
@@ -1141,7 +1144,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         load_x(0);
         // with the first weights and x in flight (the loop's first barrier publishes them)
         if constexpr (et_folds<F>)
-            if (p0 == 0 && fold.rows) et_fold_scales(fold, g.k);
+            if (p0 == 0 && fold.rows) et_fold_scales(fold);
 #pragma unroll 1
         for (int c = 0; c < chunks; ++c) {
             __syncthreads();  // every warp done with the fragments of the chunk before
@@ -1500,10 +1503,10 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
 // cols + eps) (ss [n, T]: the sums of squares of the row's T residual tiles) and per column
 // by the norm weight nw [k]: the RMSNorm of the rows, whose K-slice x is, folded into the
 // projection after it. The streaming and tensor-core paths take it as an EtNormFold: they
-// write the scales to et_norm_scales once their first weight loads are issued and apply
-// them as they stage x; tiles they do not take (unaligned, more rows or columns than the
-// scratch holds, sums not float or rows of sums and weight not contiguous) go one thread
-// per cell.
+// write the row scales to et_norm_scales once their first weight loads are issued, load the
+// norm weight with x and apply both as they stage x; tiles they do not take (unaligned, more
+// rows than ET_NORM_ROWS, sums not float or rows of sums and weight not contiguous) go one
+// thread per cell.
 template <typename X, typename S, typename N, typename W, typename O>
 __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
                                                             const EtTileT<S>& ss,
@@ -1511,7 +1514,7 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
                                                             const EtTileT<W>& w,
                                                             const EtTileT<O>& out, float eps,
                                                             int cols) {
-    const int rows = (int)x.n[0], k = (int)x.n[1], T = et_cols(ss);
+    const int rows = (int)x.n[0], T = et_cols(ss);
     auto row_scale = [&](int r) {
         float t = 0.f;
 #pragma unroll 1
@@ -1521,9 +1524,9 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
     auto col_scale = [&](int t) { return et_to_float(nw.p[et_lrc_off(nw, 0, 0, t)]); };
     const EtLinear g = et_linear_of(x, w, out);
     if constexpr (EtSame<S, float>::value)
-        if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS &&
-            k <= ET_SCRATCH_FLOATS - ET_NORM_ROWS && ss.rank == 2 && !ss.idx[0] &&
-            !ss.idx[1] && ss.s[1] == 1 && nw.rank == 1 && !nw.idx[0] && nw.s[0] == 1) {
+        if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS && ss.rank == 2 &&
+            !ss.idx[0] && !ss.idx[1] && ss.s[1] == 1 && nw.rank == 1 && !nw.idx[0] &&
+            nw.s[0] == 1) {
             const EtNormFold<N> fold{ss.p, nw.p, (int)ss.s[0], T, rows, cols, eps};
             return et_linear_blocks(x.p, w.p, out.p, g, fold);
         }
