@@ -1012,8 +1012,9 @@ __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const Et
 // in float; k a multiple of 32, x rows 16-byte aligned with unit column stride, w's rows
 // whole words. Barriers: two a chunk (uniform: chunks depend on k, passes on the columns).
 // With a fold (norm_linear_partial): x[r, t] times et_norm_scales()[g.r0 + r] and the norm
-// weight nw[t] (loaded with x) as a chunk is staged (after its loads landed, so that they
-// stay in flight during the chunk before).
+// weight nw[t] as a chunk is staged (after its loads landed, so that they stay in flight
+// during the chunk before): the chunk's norm weights load with its x, a column a thread,
+// and go to et_norm_scales()[ET_NORM_ROWS ..] once the chunk before is staged.
 template <int MT, typename F, typename O>
 __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* out,
                                            EtLinear g, F fold) {
@@ -1035,7 +1036,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     // this thread's fragments f = threadIdx.x + 256 i of a chunk: ((b * 2 + h) * MT + mt) * 32
     // + lane, x rows 16 mt + g and + 8 at k 32 b + 8 q + 4 h of the chunk
     float4 xa[PER][2];
-    float4 cw[et_folds<F> ? PER : 1];  // a fold: the norm weights of x's 4 columns
+    float cw = 0.f;  // a fold: the norm weight of the chunk's column threadIdx.x (< 32 * KB)
     auto frag_at = [&](int i, int c, int& r, int& k0) {  // fragment i's x row g and k
         const int f = (int)threadIdx.x + 256 * i, fl = f & 31, rest = f >> 5;
         const int mt = rest % MT, bh = rest / MT, b = bh >> 1, h = bh & 1;
@@ -1048,11 +1049,16 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             frag_at(i, c, r, k0);
             xa[i][0] = r < g.rows && k0 < g.k ? et_load4(x + r * g.xr + k0) : zero;
             xa[i][1] = r + 8 < g.rows && k0 < g.k ? et_load4(x + (r + 8) * g.xr + k0) : zero;
-            if constexpr (et_folds<F>)
-                if (fold.ss && k0 < g.k)
-                    cw[i] = {et_to_float(fold.nw[k0]), et_to_float(fold.nw[k0 + 1]),
-                             et_to_float(fold.nw[k0 + 2]), et_to_float(fold.nw[k0 + 3])};
         }
+        if constexpr (et_folds<F>) {
+            const int t = 32 * KB * c + (int)threadIdx.x;
+            if (fold.ss && (int)threadIdx.x < 32 * KB && t < g.k) cw = et_to_float(fold.nw[t]);
+        }
+    };
+    auto put_cw = [&]() {  // the loaded norm weights to the scratch, read after a barrier
+        if constexpr (et_folds<F>)
+            if (fold.ss && (int)threadIdx.x < 32 * KB)
+                et_norm_scales()[ET_NORM_ROWS + threadIdx.x] = cw;
     };
     auto scale_x = [&](int c) {  // a fold: the loaded x of chunk c times its norm scales
         const float* sc = et_norm_scales();
@@ -1060,8 +1066,9 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         for (int i = 0; i < PER; ++i) {
             int r, k0;
             frag_at(i, c, r, k0);
-            if (k0 >= g.k) continue;  // zeros stay zeros
-            const float4 cs = cw[i];
+            if (k0 >= g.k) continue;  // zeros stay zeros (the scratch past k is not set)
+            const float4 cs =
+                *reinterpret_cast<const float4*>(sc + ET_NORM_ROWS + k0 - 32 * KB * c);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 if (r + 8 * e >= g.rows) continue;
@@ -1145,6 +1152,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         // with the first weights and x in flight (the loop's first barrier publishes them)
         if constexpr (et_folds<F>)
             if (p0 == 0 && fold.rows) et_fold_scales(fold);
+        put_cw();
 #pragma unroll 1
         for (int c = 0; c < chunks; ++c) {
             __syncthreads();  // every warp done with the fragments of the chunk before
@@ -1177,6 +1185,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 for (int b = 0; b < KB; ++b)
 #pragma unroll
                     for (int t = 0; t < NT; ++t) cur[b][t] = nxt[b][t];
+            if (c + 1 < chunks) put_cw();  // (every thread read this chunk's: the barrier)
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
