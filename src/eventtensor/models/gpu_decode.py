@@ -55,9 +55,8 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     2.31 ms at B = 1 (benchmarks/results/decode_tiles_h100.md); chunks of 256 or 128 in that
     kernel are still slower at every B (2.176 / 3.496 / 9.054 and 2.156 / 3.838 / 11.972 ms
     against 2.103 / 2.891 / 5.701, benchmarks/results/splits/decode_tiles_233086c_h100.md).
-    RoPE tiles of 4 rows: the
-    projections' row tile holds every token of a step, and RoPE over 64 rows was one task a
-    KV head of 67 µs in every layer at B = 64
+    RoPE tiles of 4 rows: the projections' row tile holds every token of a step, and RoPE
+    over 64 rows was one task a KV head of 67 µs in every layer at B = 64
     (benchmarks/results/history/decode_trace_6bfeb4b.md). Norms of 2 rows (residual adds
     kept at 8, `residual_rows`) take B = 16 from 3.13 to 2.94 ms but B = 64 from 6.84 to
     7.11 ms on an H200 (benchmarks/results/norms/decode_norm_rows_1623f78.md): 8 rows stay."""
@@ -105,7 +104,8 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # k projection's and the gate's over the up's, 7.6 and 12.3 µs at B = 1): on an H100, 2.103 /
 # 2.891 / 5.701 to 2.055 / 2.812 / 5.660 ms at B = 1 / 16 / 64, and with the down split 8
 # of gpu_tiles 1.901 / 2.661 / 5.302 to 1.873 / 2.620 / 5.199 (2 tasks held: 1.907 / 2.602 /
-# 5.243; benchmarks/results/splits/decode_tiles_233086c_h100.md, _down_).
+# 5.243; benchmarks/results/splits/decode_tiles_233086c_h100.md and
+# decode_tiles_down_233086c_h100.md).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
                 "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16, "ET_LINEAR_MMA_RING": 4,
                 "ET_LINEAR_MMA_SPREAD": 1, "ET_DEFER_MAX": 1}

@@ -607,8 +607,9 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 // 1 / sqrt(sum over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass
 // given rows > 0 writes the row scales (et_fold_scales) once its first weight loads are
 // issued, so that the sums' loads travel with them instead of before them; the later row
-// blocks of the same tile get rows = 0 and reuse them. The column scales are loaded with x,
-// element by element, so that a K-slice of any length folds. A zero EtNormFold (ss null)
+// blocks of the same tile get rows = 0 and reuse them. The column scales load with x (the
+// streaming pass element by element, the tensor-core pass a chunk's through the scratch),
+// so that a K-slice of any length folds. A zero EtNormFold (ss null)
 // scales nothing: where a kernel has both kinds (ET_LINEAR_FOLDS, set by codegen when the
 // program has norm_linear_partial tasks), linear_partial takes it too, so that the passes are
 // compiled once, not once per kind.
