@@ -173,11 +173,11 @@ def test_matches_transformers_greedy(model):
 
 def test_clipped_tiles_and_chunks():
     """Tiles that do not divide their dimensions (rows 3 of B = 5, columns 24 of 64, vocab 96
-    of 256, KV chunks 12 of 30), split-K 4, one o_proj split: dynamic schedule."""
+    of 256, KV chunks 12 of 30), split-K 4 (q's 8), one o_proj split: dynamic schedule."""
     cfg = CONFIGS["tiny-qwen3"]
     weights = random_weights(cfg, seed=5)
-    tiles = DecodeTiles(rows=3, k_split=4, o_split=1, n_tile=24, ffn_tile=48, down_split=4,
-                        vocab_tile=96, kv_chunk=12)
+    tiles = DecodeTiles(rows=3, k_split=4, q_split=8, o_split=1, n_tile=24, ffn_tile=48,
+                        down_split=4, vocab_tile=96, kv_chunk=12)
     session = DecodeSession(cfg, weights, 5, 30, tiles, mode="dynamic", num_sms=3,
                             cache_fill=np.nan)
     prompts = [[1], [2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [3], [4, 4]]
@@ -204,6 +204,8 @@ def test_session_contract():
         small.step(["b"], [3])
     with pytest.raises(ValueError, match="tiles.k_split"):
         build_decode_program(cfg, 2, 32, DecodeTiles(k_split=3))
+    with pytest.raises(ValueError, match="tiles.q_split = 3 must be positive and divide"):
+        build_decode_program(cfg, 2, 32, DecodeTiles(q_split=3))
 
 
 def test_tiles_with_parses_fields_and_names_bad_ones():

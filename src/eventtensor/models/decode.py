@@ -33,7 +33,8 @@ on the read side).
 Per layer l, tiles and events (events come from the tile regions unless named here):
   attn_norm (mn)          x rows -> h rows
   q/k/v_proj (mb, n, S)   h rows, split-K chunk s -> partials of column tile n (by default
-                          KV head n's G*D or D columns, else `proj_tile` columns)
+                          KV head n's G*D or D columns, else `proj_tile` columns); S is
+                          `q_split` for q, `k_split` for k and v
   qk_rope (mr, K)         tiles of RR rows (`rope_rows`, mr = cdiv(B, RR)); waits on the
                           q, k, v tiles of its rows and head -> q, k, v of head h
   kv_append (B, K)        waits on qk_rope of (b's rows, h) -> cache outputs at the position
@@ -100,7 +101,9 @@ class DecodeTiles:
     counts must divide the dimension they split."""
 
     rows: int = 16                 # BM: requests per row tile
-    k_split: int = 1               # S: split-K over E of q, k, v (and gate, up: mlp_split)
+    k_split: int = 1               # S: split-K over E of k, v (and q, gate, up: q_split,
+                                   # mlp_split)
+    q_split: int | None = None     # split-K of q over E; None: k_split
     o_split: int | None = None     # So: split of o_proj over H*D; None: one per KV group (K)
     proj_tile: int | None = None   # columns of a q, k or v tile; None: one KV head's
     n_tile: int = 128              # columns of an o_proj tile (of E)
@@ -174,6 +177,8 @@ class _Decode:
         self.NC = -(-max_context // tiles.kv_chunk)
         E, F, D = config.hidden_size, config.intermediate_size, config.head_dim
         self.ks = _split(E, tiles.k_split, "k_split")
+        self.q_split = tiles.q_split or tiles.k_split
+        self.qks = _split(E, self.q_split, "q_split")
         self.mlp_split = tiles.mlp_split or tiles.k_split
         self.ms = _split(E, self.mlp_split, "mlp_split")
         if tiles.fuse_norm and tiles.fold_norm:
@@ -304,11 +309,13 @@ class _Decode:
         GD, p = G * D, f"l{i}_"
         h, fold = self.normed(p + "attn_norm", x, self.w(i, "input_layernorm"), h, p + "h",
                               has_sumsq=i > 0)
-        for proj, width in (("q", GD), ("k", D), ("v", D)):
+        for proj, width, split, chunk in (("q", GD, self.q_split, self.qks),
+                                          ("k", D, t.k_split, self.ks),
+                                          ("v", D, t.k_split, self.ks)):
             tile = t.proj_tile or width
             self.linear(p + f"{proj}_proj", h, self.w(i, f"self_attn.{proj}_proj"),
-                        p + f"{proj}_part", -(-K * width // tile), tile, K * width, t.k_split,
-                        self.ks, norm=fold)
+                        p + f"{proj}_part", -(-K * width // tile), tile, K * width, split,
+                        chunk, norm=fold)
         head = {"q": f"{GD}*h:{GD}*h + {GD}", "k": f"{D}*h:{D}*h + {D}"}
         head["v"] = head["k"]
         rr = self.rope_span
