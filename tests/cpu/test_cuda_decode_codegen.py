@@ -238,3 +238,19 @@ def test_precompile_fills_the_cache_with_the_sessions_kernels():
         build = build_kernel(program, mode, 8, knobs=decode_knobs(knobs))
         assert build.compiled.cached, (mode, knobs)
     assert not build_kernel(program, "dynamic", 8, knobs=decode_knobs(None)).compiled.cached
+
+
+def test_split_by_waves_balances_the_phases_of_both_models():
+    """The wave model's splits: Llama-3.2-1B keeps the splits measured best on an H100 (gate
+    and up 2, down 8, o 8: one wave of 128 tasks each); Qwen3-8B's gate and up go to 4 (three
+    waves of 512 KB tasks, not two of 1 MB), its down and o to 4, and its q tasks to at most
+    256 KB (split 16); a K too short for any slice keeps the fallback."""
+    from eventtensor.models.gpu_decode import split_by_waves
+    llama, qwen = gpu_tiles(get_config("llama-3.2-1b"), 64), gpu_tiles(get_config("qwen3-8b"), 64)
+    assert (llama.mlp_split, llama.down_split, llama.o_split) == (2, 8, 8)
+    assert (llama.k_split, llama.q_split) == (4, 4)
+    assert (qwen.mlp_split, qwen.down_split, qwen.o_split) == (4, 4, 4)
+    assert (qwen.k_split, qwen.q_split) == (4, 16)
+    assert split_by_waves(64, 4, 256, fallback=3) == 3
+    # one tile of 1 MB: 16 tasks of 64 KB (one wave) beat 1 task of 1 MB
+    assert split_by_waves(4096, 1, 256, fallback=1) == 16

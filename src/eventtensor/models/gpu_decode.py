@@ -33,20 +33,49 @@ from .weights import check_weights
 PER_TOKEN = ("tokens", "positions", "slots", "starts")  # inputs of one entry per token
 
 
+# The split-K choice (`split_by_waves`): a GPU's multiprocessors (H100 and H200) run a
+# phase's tasks in waves, one task each; a one-row task streams its weights at about 26 GB/s
+# (a 64 KB round of loads every 2.5 µs: Llama-3.2-1B's 256 KB q tasks take 10.4 µs with the
+# GPU far from its bandwidth) and costs about 4 µs more whatever its size (waits, x staging,
+# the reduction, the notifies: its 64 KB tasks take 5-6 µs), about 96 KB of streaming
+# (benchmarks/results/splits/decode_trace_d75f873_h100.md).
+NUM_SMS = 132
+TASK_OVERHEAD_BYTES = 96 << 10
+
+
+def split_by_waves(k: int, tiles: int, bytes_per_k: int, fallback: int,
+                   min_slice: int = 256) -> int:
+    """The split of a linear's K of `k` (`tiles` column tiles in its phase, `bytes_per_k`
+    weight bytes a tile per unit of k) whose phase costs least in the wave model: waves of
+    NUM_SMS tasks, each costing its weight bytes plus TASK_OVERHEAD_BYTES; a power of two up
+    to 16 dividing k with K-slices of at least `min_slice`, ties to the smaller; `fallback`
+    where none is."""
+    def cost(s: int) -> int:
+        return -(-tiles * s // NUM_SMS) * (bytes_per_k * k // s + TASK_OVERHEAD_BYTES)
+    splits = [s for s in (1, 2, 4, 8, 16) if k % s == 0 and k // s >= min_slice]
+    return min(splits, key=lambda s: (cost(s), s)) if splits else fallback
+
+
 def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     """Tiles for the H200: one row tile for up to 64 tokens (each weight tile is read once
-    per step); split-K 4 over the hidden size for the q, k and v projections and 2 for gate
-    and up, 8 over the FFN for the down projection (K-slices of 1024 for Llama-3.2-1B);
-    256-column FFN tiles, 128-column output and vocabulary tiles, and norms and residual adds
-    over tiles of 8 rows by 256 columns (benchmarks/results/history/decode_tiles_6dcf913.md:
-    these norm, residual and gate/up tiles took Llama-3.2-1B from 3.43 to 2.88 ms at B = 1
-    and 10.68 to 7.31 ms at B = 16). Fewer, longer split-K tasks leave fewer partials to the
-    RoPE, SiLU and residual tasks that sum them and fewer tasks to dispatch: on an H100,
-    Llama-3.2-1B, context 512, from 2.104 / 2.890 / 5.699 ms at B = 1 / 16 / 64 with splits
-    16 / 4 / 32 (q, k, v / gate, up / down) to 1.901 / 2.661 / 5.302 with the down split 8
-    alone, and with ET_DEFER_MAX = 1 (below) to 1.757 / 2.324 / 4.851 ms with 4 / 2 / 8;
-    8 / 2 / 8: 1.748 / 2.391 / 4.882, 2 / 2 / 8: 1.836 / 2.370 / 5.025; down splits of 4 or
-    16 are slower (benchmarks/results/splits/).
+    per step); 256-column FFN tiles, 128-column output and vocabulary tiles, and norms and
+    residual adds over tiles of 8 rows by 256 columns (benchmarks/results/history/
+    decode_tiles_6dcf913.md: these norm, residual and gate/up tiles took Llama-3.2-1B from
+    3.43 to 2.88 ms at B = 1 and 10.68 to 7.31 ms at B = 16).
+    Split-K: 4 over the hidden size for k and v; q's split as many times more as makes its
+    tasks of at most 256 KB of weights (a KV head's q columns are G times its k columns);
+    gate and up, down and o by `split_by_waves` (Llama-3.2-1B: 2, 8 over the FFN, 8; Qwen3-8B:
+    4, 4, 4). Fewer, longer split-K tasks leave fewer partials to the RoPE, SiLU and residual
+    tasks that sum them and fewer tasks to dispatch: on an H100, Llama-3.2-1B, context 512,
+    from 2.104 / 2.890 / 5.699 ms at B = 1 / 16 / 64 with splits 16 / 4 / 32 (q, k, v /
+    gate, up / down) to 1.901 / 2.661 / 5.302 with the down split 8 alone, and with
+    ET_DEFER_MAX = 1 (below) to 1.757 / 2.324 / 4.851 ms with 4 / 2 / 8; 8 / 2 / 8: 1.748 /
+    2.391 / 4.882, 2 / 2 / 8: 1.836 / 2.370 / 5.025; down splits of 4 or 16 are slower
+    (benchmarks/results/splits/); q split 8 with k and v 2: 1.727 / 2.418 / 5.100, q 16:
+    1.736 / 2.464 / 4.966 against 1.742 / 2.347 / 4.866 (q's partials cost more than its
+    shorter tasks gain from B = 16). Qwen3-8B (splits/decode_tiles_qwen3_9f7b279_h100.md):
+    8.175 / 11.056 / 22.898 ms with Llama's splits (1 MB q tasks, 192 gate and up tasks of
+    1 MB: two waves); q 8, k and v 2, gate and up, down and o 4: 7.412 / 10.851 / 21.699.
     KV chunks: 128 positions where a step has fewer than 16 tokens, so that a few requests'
     attention spreads over more tasks; else as many as the fast path's score buffer holds
     (1024 for up to 4 query heads a KV head), so that a request's attention is one task a KV
@@ -60,17 +89,23 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     (benchmarks/results/history/decode_trace_6bfeb4b.md). Norms of 2 rows (residual adds
     kept at 8, `residual_rows`) take B = 16 from 3.13 to 2.94 ms but B = 64 from 6.84 to
     7.11 ms on an H200 (benchmarks/results/norms/decode_norm_rows_1623f78.md): 8 rows stay."""
-    E = config.hidden_size
-    F = config.intermediate_size
+    E, F, Q = config.hidden_size, config.intermediate_size, config.q_size
+    K = config.num_kv_heads
+    ffn, n_tile = (256 if F % 256 == 0 else 128), 128
     k_split = 4 if E % 4 == 0 else 1
-    mlp_split = 2 if E % 2 == 0 else 1
-    ffn = 256 if F % 256 == 0 else 128
-    down_split = 8 if F % 8 == 0 else None
-    group = attention_group(config.num_heads // config.num_kv_heads)
+    q_cols = Q // K  # a q tile: one KV head's query heads
+    q_split = k_split
+    while q_cols * (E // q_split) * 2 > 256 << 10 and E % (2 * q_split) == 0:
+        q_split *= 2
+    mlp_split = split_by_waves(E, 2 * -(-F // ffn), 2 * ffn, 2 if E % 2 == 0 else 1)
+    down_split = split_by_waves(F, -(-E // n_tile), 2 * n_tile, 8 if F % 8 == 0 else 1)
+    o_split = split_by_waves(Q, -(-E // n_tile), 2 * n_tile, K)
+    group = attention_group(config.num_heads // K)
     kv_chunk = 128 if max_tokens < 16 else min(1024, ATTN_SCORE_FLOATS // group)
-    return DecodeTiles(rows=min(max_tokens, 64), k_split=k_split, n_tile=128, ffn_tile=ffn,
-                       vocab_tile=128, kv_chunk=kv_chunk, mlp_split=mlp_split, norm_rows=8,
-                       rope_rows=4, residual_tile=256, down_split=down_split)
+    return DecodeTiles(rows=min(max_tokens, 64), k_split=k_split, q_split=q_split,
+                       o_split=o_split, n_tile=n_tile, ffn_tile=ffn, vocab_tile=128,
+                       kv_chunk=kv_chunk, mlp_split=mlp_split, norm_rows=8, rope_rows=4,
+                       residual_tile=256, down_split=down_split)
 
 
 # The device-library knobs of the decode kernel: no L2 prefetch of the next task's tiles (the
