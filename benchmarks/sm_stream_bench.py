@@ -12,14 +12,14 @@ Each CTA (256 threads, one per SM) reads its own contiguous MB_PER_CTA of random
 - `bulk C x N`: one thread keeps N bulk copies (`cp.async.bulk`, the tensor memory
   accelerator) of C bytes in flight into a ring of N slots of shared memory; the CTA reads
   each slot, then refills it.
-Times are CUDA-event medians over --iters launches after warm-up. Writes sm_stream.json
-and sm_stream.md.
+Each launch reads the next region of a --buffer-mb buffer (round robin), so that none of
+its words are in L2. Times are CUDA-event medians over --iters launches after warm-up.
+Writes sm_stream.json and sm_stream.md.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
-import functools
 import sys
 from pathlib import Path
 
@@ -134,15 +134,30 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 """
 
 
-def _launch(func, ctas: int, smem: int, params: tuple) -> None:
-    """One launch of `func` on `ctas` CTAs of 256 threads on torch's current stream."""
-    import torch
-    from cuda.bindings import driver
+class _Launches:
+    """Launches of `func` on `ctas` CTAs of 256 threads on torch's current stream, each on
+    the next region of ctas * words words of `src` (round robin), so that a launch never
+    finds the words of the launches just before it in L2."""
 
-    from eventtensor.backends.cuda.runtime import _check
-    stream = torch.cuda.current_stream().cuda_stream
-    _check(driver.cuLaunchKernel(func, ctas, 1, 1, 256, 1, 1, smem, stream, params, 0),
-           "cuLaunchKernel")
+    def __init__(self, func, ctas: int, smem: int, src, words: int, extra: tuple, sink):
+        self.func, self.ctas, self.smem, self.n = func, ctas, smem, 0
+        self.regions = max(1, src.numel() * 4 // 16 // (ctas * words))
+        self.base, self.words, self.extra, self.sink = src.data_ptr(), words, extra, sink
+        self.types = (ctypes.c_void_p, ctypes.c_longlong, *[ctypes.c_int] * len(extra),
+                      ctypes.c_void_p)
+
+    def __call__(self) -> None:
+        import torch
+        from cuda.bindings import driver
+
+        from eventtensor.backends.cuda.runtime import _check
+        region = self.n % self.regions
+        self.n += 1
+        vals = (self.base + region * self.ctas * self.words * 16, self.words, *self.extra,
+                self.sink.data_ptr())
+        stream = torch.cuda.current_stream().cuda_stream
+        _check(driver.cuLaunchKernel(self.func, self.ctas, 1, 1, 256, 1, 1, self.smem, stream,
+                                     (vals, self.types), 0), "cuLaunchKernel")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctas", default="1,4,16,32,64,96,132")
     ap.add_argument("--mb-per-cta", type=float, default=4.0)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--buffer-mb", type=int, default=2048,
+                    help="random words read round robin (far more than the 50 MB of L2)")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
     import torch
@@ -161,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
 
     words = int(args.mb_per_cta * 2**20) // 16 // 65536 * 65536  # whole rounds and chunks
     ctas = [int(c) for c in args.ctas.split(",")]
-    src = torch.randint(-2**31, 2**31 - 1, (max(ctas) * words * 4,), dtype=torch.int32,
-                        device="cuda")
+    elems = max(max(ctas) * words * 4, args.buffer_mb << 18)  # (int32 elements)
+    src = torch.randint(-2**31, 2**31 - 1, (elems,), dtype=torch.int32, device="cuda")
     sink = torch.zeros(4, dtype=torch.int32, device="cuda")
     configs = [(f"ldg {u}", f"ldg_{u}", ()) for u in (4, 8, 16, 32)]
     configs += [(f"ldg2 {u}", f"ldg2_{u}", ()) for u in (8, 16)]
@@ -176,12 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         if smem > 48 * 1024:
             attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             driver.cuFuncSetAttribute(func, attr, smem)
-        vals = [src.data_ptr(), words, *extra, sink.data_ptr()]
-        types = [ctypes.c_void_p, ctypes.c_longlong] + [ctypes.c_int] * len(extra) + \
-            [ctypes.c_void_p]
         for n in ctas:
-            ms = time_ms(functools.partial(_launch, func, n, smem, (tuple(vals), tuple(types))),
-                         args.iters, warmup=3)
+            ms = time_ms(_Launches(func, n, smem, src, words, extra, sink), args.iters,
+                         warmup=3)
             per_sm = words * 16 / (ms * 1e-3) / 1e9
             rows.append({"path": label, "ctas": n, "ms": ms, "gb_s_per_sm": per_sm,
                          "tb_s": per_sm * n / 1e3})
