@@ -33,12 +33,14 @@ from .weights import check_weights
 PER_TOKEN = ("tokens", "positions", "slots", "starts")  # inputs of one entry per token
 
 
-# The split-K choice (`split_by_waves`): a GPU's multiprocessors (H100 and H200) run a
-# phase's tasks in waves, one task each; a one-row task streams its weights at about 26 GB/s
-# (a 64 KB round of loads every 2.5 µs: Llama-3.2-1B's 256 KB q tasks take 10.4 µs with the
-# GPU far from its bandwidth) and costs about 4 µs more whatever its size (waits, x staging,
-# the reduction, the notifies: its 64 KB tasks take 5-6 µs), about 96 KB of streaming
-# (benchmarks/results/splits/decode_trace_d75f873_h100.md).
+# The split-K choice (`split_by_waves`): a GPU's multiprocessors (132 on the H100 and H200)
+# run a phase's tasks in waves, one task each. A one-row task of the decode step streams its
+# weights at about 26 GB/s (a 64 KB round of loads every 2.5 µs: Llama-3.2-1B's 256 KB q
+# tasks take 10.4 µs with the GPU at 1.2 TB/s) and costs about 4 µs more whatever its size
+# (waits, x staging, the reduction, the notifies: its 64 KB k and v tasks take 5-6 µs), about
+# 96 KB of streaming (benchmarks/results/splits/decode_trace_d75f873_h100.md). (A bare loop
+# of the same 64 KB rounds streams 98 GB/s on one SM of an H100, 73 GB/s each on 32 and 23 on
+# all 132: benchmarks/results/stream/sm_stream_904f468_h100.md.)
 NUM_SMS = 132
 TASK_OVERHEAD_BYTES = 96 << 10
 
@@ -75,7 +77,9 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     1.736 / 2.464 / 4.966 against 1.742 / 2.347 / 4.866 (q's partials cost more than its
     shorter tasks gain from B = 16). Qwen3-8B (splits/decode_tiles_qwen3_9f7b279_h100.md):
     8.175 / 11.056 / 22.898 ms with Llama's splits (1 MB q tasks, 192 gate and up tasks of
-    1 MB: two waves); q 8, k and v 2, gate and up, down and o 4: 7.412 / 10.851 / 21.699.
+    1 MB: two waves); q 8, k and v 2, gate and up, down and o 4: 7.412 / 10.851 / 21.699;
+    these tiles (q 16) 7.464 / 10.770 / 21.247 against Llama's splits' 8.177 / 11.103 /
+    23.020 in one run (splits/decode_tiles_qwen3_deb025d_h100.md).
     KV chunks: 128 positions where a step has fewer than 16 tokens, so that a few requests'
     attention spreads over more tasks; else as many as the fast path's score buffer holds
     (1024 for up to 4 query heads a KV head), so that a request's attention is one task a KV
