@@ -45,8 +45,8 @@ NUM_SMS = 132
 TASK_OVERHEAD_BYTES = 96 << 10
 
 
-def split_by_waves(k: int, tiles: int, bytes_per_k: int, fallback: int,
-                   min_slice: int = 256) -> int:
+def split_by_waves(k: int, tiles: int, bytes_per_k: int, fallback: int | None,
+                   min_slice: int = 256) -> int | None:
     """The split of a linear's K of `k` (`tiles` column tiles in its phase, `bytes_per_k`
     weight bytes a tile per unit of k) whose phase costs least in the wave model: waves of
     NUM_SMS tasks, each costing its weight bytes plus TASK_OVERHEAD_BYTES; a power of two up
@@ -102,7 +102,7 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
     while q_cols * (E // q_split) * 2 > 256 << 10 and E % (2 * q_split) == 0:
         q_split *= 2
     mlp_split = split_by_waves(E, 2 * -(-F // ffn), 2 * ffn, 2 if E % 2 == 0 else 1)
-    down_split = split_by_waves(F, -(-E // n_tile), 2 * n_tile, 8 if F % 8 == 0 else 1)
+    down_split = split_by_waves(F, -(-E // n_tile), 2 * n_tile, 8 if F % 8 == 0 else None)
     o_split = split_by_waves(Q, -(-E // n_tile), 2 * n_tile, K)
     group = attention_group(config.num_heads // K)
     kv_chunk = 128 if max_tokens < 16 else min(1024, ATTN_SCORE_FLOATS // group)
