@@ -137,27 +137,28 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 class _Launches:
     """Launches of `func` on `ctas` CTAs of 256 threads on torch's current stream, each on
     the next region of ctas * words words of `src` (round robin), so that a launch never
-    finds the words of the launches just before it in L2."""
+    finds the words of the launches just before it in L2. The arguments of every region are
+    built here, so that a call does nothing but launch."""
 
     def __init__(self, func, ctas: int, smem: int, src, words: int, extra: tuple, sink):
-        self.func, self.ctas, self.smem, self.n = func, ctas, smem, 0
-        self.regions = max(1, src.numel() * 4 // 16 // (ctas * words))
-        self.base, self.words, self.extra, self.sink = src.data_ptr(), words, extra, sink
-        self.types = (ctypes.c_void_p, ctypes.c_longlong, *[ctypes.c_int] * len(extra),
-                      ctypes.c_void_p)
-
-    def __call__(self) -> None:
         import torch
         from cuda.bindings import driver
 
         from eventtensor.backends.cuda.runtime import _check
-        region = self.n % self.regions
+        regions = max(1, src.numel() * 4 // 16 // (ctas * words))
+        types = (ctypes.c_void_p, ctypes.c_longlong, *[ctypes.c_int] * len(extra),
+                 ctypes.c_void_p)
+        self.params = [((src.data_ptr() + r * ctas * words * 16, words, *extra,
+                         sink.data_ptr()), types) for r in range(regions)]
+        self.stream = torch.cuda.current_stream().cuda_stream
+        self.func, self.ctas, self.smem, self.n = func, ctas, smem, 0
+        self.launch, self.check = driver.cuLaunchKernel, _check
+
+    def __call__(self) -> None:
+        params = self.params[self.n % len(self.params)]
         self.n += 1
-        vals = (self.base + region * self.ctas * self.words * 16, self.words, *self.extra,
-                self.sink.data_ptr())
-        stream = torch.cuda.current_stream().cuda_stream
-        _check(driver.cuLaunchKernel(self.func, self.ctas, 1, 1, 256, 1, 1, self.smem, stream,
-                                     (vals, self.types), 0), "cuLaunchKernel")
+        self.check(self.launch(self.func, self.ctas, 1, 1, 256, 1, 1, self.smem, self.stream,
+                               params, 0), "cuLaunchKernel")
 
 
 def main(argv: list[str] | None = None) -> int:

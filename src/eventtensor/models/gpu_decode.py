@@ -18,6 +18,7 @@ import numpy as np
 
 from ..backends.cuda.codegen import ATTN_SCORE_FLOATS, attention_group
 from ..ir import Program
+from ..schedule.cost import CostModel
 from .config import ModelConfig
 from .decode import (
     DecodeTiles,
@@ -41,7 +42,7 @@ PER_TOKEN = ("tokens", "positions", "slots", "starts")  # inputs of one entry pe
 # 96 KB of streaming (benchmarks/results/splits/decode_trace_d75f873_h100.md). (A bare loop
 # of the same 64 KB rounds streams 98 GB/s on one SM of an H100, 73 GB/s each on 32 and 23 on
 # all 132: benchmarks/results/stream/sm_stream_904f468_h100.md.)
-NUM_SMS = 132
+NUM_SMS = CostModel.num_sms
 TASK_OVERHEAD_BYTES = 96 << 10
 
 
