@@ -263,9 +263,11 @@ CASES = [
     add_norm(1, 2048, 8), add_norm(3, 256, 4), add_norm(17, 128, 2, wdt=F),
     add_norm(2, 66, 3, lo=(1, 1)), add_norm(1, 512, 32),
     # norm_linear_partial: the streaming path (one row, row blocks of 16 and 1, K-slices of
-    # x, float weights, K-slices of 1024 and 2048), the per-cell path (k not whole words,
-    # rows past ET_NORM_ROWS)
+    # x, float weights, K-slices of 1024 and 2048, more than 32 sums a row, more rows of sums
+    # than one round of the CTA's threads loads), the per-cell path (k not whole words, rows
+    # past ET_NORM_ROWS)
     norm_linear(1, 128, 256, 8), norm_linear(3, 512, 96, 2, x_lo=(1, 512)),
+    norm_linear(1, 128, 32, 40), norm_linear(40, 64, 24, 8),
     norm_linear(17, 128, 64, 4), norm_linear(2, 256, 40, 8, wdt=F, cols=256),
     norm_linear(1, 1024, 16, 2), norm_linear(3, 2048, 40, 8, x_lo=(1, 2048), cols=4096),
     norm_linear(5, 100, 48, 4), norm_linear(65, 64, 8, 1),
@@ -276,10 +278,12 @@ CASES = [
         (16, 128, 64, 8, {}), (20, 320, 40, 4, {}), (64, 512, 32, 8, {}),
         (9, 128, 24, 2, {"x_lo": (2, 512)}), (40, 96, 264, 4, {}), (16, 1024, 40, 8, {}),
         (33, 2048, 24, 4, {"x_lo": (0, 2048), "cols": 4096}))),
-    # residual_add_sumsq: one row over the CTA, a tile of 256 columns, 8 and 17 rows,
-    # unaligned
+    # residual_add_sumsq: one row over the CTA, a tile of 256 columns, 8 and 17 rows (the
+    # squares kept in the scratch), unaligned and more units than the scratch holds (out read
+    # back)
     add_sumsq(1, 2048, 8), add_sumsq(1, 256, 16), add_sumsq(8, 256, 4),
     add_sumsq(17, 64, 2), add_sumsq(2, 66, 3, lo=(1, 1)), add_sumsq(1, 256, 32),
+    add_sumsq(3, 2048, 2),
     # silu_mul: S = 1, 4, large |gate| (no NaN), unaligned, bf16 partials
     rows_case("silu_mul", ("gate", "up"), 1, 256, gate=silu_big),
     rows_case("silu_mul", ("gate", "up"), 16, 128, (4, 4), gate=silu_big),

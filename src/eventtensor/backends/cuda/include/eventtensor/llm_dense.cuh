@@ -395,6 +395,17 @@ __device__ __forceinline__ float et_lead_sum(const EtTileT<T>& t, int leads, int
     return acc;
 }
 
+// v as a store to O leaves it (rounded to bf16 for a bf16 O).
+template <typename O>
+__device__ __forceinline__ float4 et_as_stored(float4 v) {
+    return {et_to_float(et_from_float<O>(v.x)), et_to_float(et_from_float<O>(v.y)),
+            et_to_float(et_from_float<O>(v.z)), et_to_float(et_from_float<O>(v.w))};
+}
+
+struct EtNoSink {
+    __device__ __forceinline__ void operator()(int, float4) const {}
+};
+
 // out[r, c] = f(sum over the leading index of a at (r, c), the same of b) for every cell of
 // out [rows, cols] (a, b: [S, rows, cols] or [rows, cols]). Fast path for tiles of rank <= 3
 // read four columns at a time: a unit is a group of 4 columns of a row; thread t takes units
@@ -403,10 +414,12 @@ __device__ __forceinline__ float et_lead_sum(const EtTileT<T>& t, int leads, int
 // than 8 leads (a few rows summed over many partials), lead groups: threads t + g * units
 // (g < LG, LG = min(threads / units, ceil(leads / 8))) take the leads g, g + LG, ... of unit
 // t, one round of loads, and group 0 adds the others' sums from et_llm_smem (a barrier
-// between, and one before the body returns).
-template <typename A, typename B, typename O, typename F>
-__device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTileT<B>& b,
-                                                const EtTileT<O>& out, F f) {
+// between, and one before the body returns). The fast path hands each unit e (row e / quads,
+// columns 4 (e % quads) ..) to sink(e, its four values as stored) and returns true; the
+// other path calls no sink and returns false.
+template <typename A, typename B, typename O, typename F, typename K = EtNoSink>
+__device__ __forceinline__ bool et_map_partials(const EtTileT<A>& a, const EtTileT<B>& b,
+                                                const EtTileT<O>& out, F f, K sink = {}) {
     const int rows = et_nrows(out), cols = et_cols(out), la = et_leads(a), lb = et_leads(b);
     if (et_quads(a) && et_quads(b) && et_quads(out) && a.rank <= 3 && b.rank <= 3 &&
         out.rank <= 2) {
@@ -429,6 +442,7 @@ __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTil
             v.z = f(va.z, vb.z);
             v.w = f(va.w, vb.w);
             et_store4(out.p + r * orr + c, v);
+            sink(e, et_as_stored<O>(v));
         };
         if (lg > 1) {  // (uniform) one pass of units * lg threads
             float4* P = reinterpret_cast<float4*>(et_llm_smem());  // 2 per thread past group 0
@@ -450,7 +464,7 @@ __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTil
                 apply(e, va, vb);
             }
             __syncthreads();
-            return;
+            return true;
         }
 #pragma unroll 1
         for (int e = (int)threadIdx.x; e < units; e += nt) {
@@ -458,7 +472,7 @@ __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTil
             sums(e, 0, 1, va, vb);
             apply(e, va, vb);
         }
-        return;
+        return true;
     }
 #pragma unroll 1
     for (int e = (int)threadIdx.x; e < rows * cols; e += (int)blockDim.x) {
@@ -466,32 +480,46 @@ __device__ __forceinline__ void et_map_partials(const EtTileT<A>& a, const EtTil
         out.p[et_lrc_off(out, 0, r, c)] =
             et_from_float<O>(f(et_lead_sum(a, la, r, c), et_lead_sum(b, lb, r, c)));
     }
+    return false;
 }
 
 // residual_add: out [n, E] = x [n, E] + the split-K partials parts [S, n, E] summed.
+struct EtAdd {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
 template <typename X, typename P, typename O>
 __device__ __forceinline__ void et_body_residual_add(const EtTileT<X>& x, const EtTileT<P>& parts,
                                                      const EtTileT<O>& out) {
-    et_map_partials(x, parts, out, [](float a, float p) { return a + p; });
+    et_map_partials(x, parts, out, EtAdd{});
 }
 
 // residual_add_sumsq: residual_add, then ss [n, 1] (or [n]) = the sum of the squares of each
-// row of out as stored (read back after a barrier, as residual_rms_norm does): its share of
-// the RMSNorm that norm_linear_partial folds into the projections after it.
+// row of out as stored: its share of the RMSNorm that norm_linear_partial folds into the
+// projections after it. The fast path of et_map_partials leaves each unit's squares in
+// et_body_scratch (up to ET_SCRATCH_FLOATS units), so that the rows' sums read them there;
+// other tiles read out back (after the barrier that makes the CTA's stores visible to all
+// its threads, as residual_rms_norm does).
 template <typename X, typename P, typename O, typename S>
 __device__ __forceinline__ void et_body_residual_add_sumsq(const EtTileT<X>& x,
                                                            const EtTileT<P>& parts,
                                                            const EtTileT<O>& out,
                                                            const EtTileT<S>& ss) {
-    et_body_residual_add(x, parts, out);
+    float* sq = et_body_scratch();  // unit e's sum of squares at sq[e]
+    const bool kept = et_map_partials(x, parts, out, EtAdd{}, [sq](int e, float4 v) {
+        if (e < ET_SCRATCH_FLOATS) sq[e] = (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);
+    });
     __syncthreads();
-    const int rows = et_nrows(out), cols = et_cols(out);
+    const int rows = et_nrows(out), cols = et_cols(out), quads = cols / 4;
+    const bool scratch = kept && rows * quads <= ET_SCRATCH_FLOATS;
     const EtRowGroups g = et_row_groups(rows);
 #pragma unroll 1
     for (int it = 0; it < g.iters; ++it) {  // uniform: et_group_total may hold barriers
         const int r = it * g.groups + g.group;
         float t = 0.f;
-        if (r < rows)
+        if (r < rows && scratch)
+#pragma unroll 1
+            for (int q = g.part; q < quads; q += g.threads) t += sq[r * quads + q];
+        else if (r < rows)
 #pragma unroll 1
             for (int c = g.part; c < cols; c += g.threads) {
                 const float v = et_to_float(out.p[et_lrc_off(out, 0, r, c)]);
@@ -606,8 +634,10 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 // scale it by an RMSNorm folded in (EtNormFold with ss set, norm_linear_partial): row r by
 // 1 / sqrt(sum over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass
 // given rows > 0 writes the row scales (et_fold_scales) once its first weight loads are
-// issued, so that the sums' loads travel with them instead of before them; the later row
-// blocks of the same tile get rows = 0 and reuse them. The column scales load with x (the
+// issued, so that the sums' loads travel with them instead of before them (and, in the
+// streaming pass, where one round of the CTA's threads loads them all, with x's first chunk
+// too: one memory latency before the first step, not two); the later row blocks of the same
+// tile get rows = 0 and reuse them. The column scales load with x (the
 // streaming pass element by element, the tensor-core pass a chunk's through the scratch),
 // so that a K-slice of any length folds. A zero EtNormFold (ss null)
 // scales nothing: where a kernel has both kinds (ET_LINEAR_FOLDS, set by codegen when the
@@ -627,21 +657,40 @@ struct EtNormFold {
 template <typename F>
 constexpr bool et_folds = !EtSame<F, EtNoFold>::value;
 
-// All threads: fold f's row scales (its `rows` rows) into et_norm_scales. The row sums load
-// in one round, a group of TP <= 32 lanes a row, lane j summing the row's sums j, j + TP, ...
-// (a loop over a row's sums waits on one load at a time). The caller's barrier makes them
-// visible.
+// Fold f's row sums, a group of TP <= 32 lanes a row (TP the power of two from T up to 32),
+// lane j summing the row's sums j, j + TP, ... (one load where T <= 32): et_fold_part loads
+// the share of the CTA's thread i (i < rows * TP, else 0), et_fold_put (all threads of the
+// round i0 .. i0 + blockDim.x, uniform: shuffles) sums each group's and writes its row's
+// scale to et_norm_scales (the caller's barrier makes them visible).
+template <typename N>
+__device__ __forceinline__ int et_fold_lanes_log2(const EtNormFold<N>& f) {
+    return et_log2_ceil(f.T < 32 ? f.T : 32);
+}
+template <typename N>
+__device__ __forceinline__ float et_fold_part(const EtNormFold<N>& f, int i) {
+    const int lg = et_fold_lanes_log2(f), r = i >> lg, j = i & ((1 << lg) - 1);
+    if (r >= f.rows) return 0.f;
+    float v = j < f.T ? f.ss[r * f.ss_r + j] : 0.f;
+    for (int jj = j + 32; jj < f.T; jj += 32) v += f.ss[r * f.ss_r + jj];  // (T > 32)
+    return v;
+}
+template <typename N>
+__device__ __forceinline__ void et_fold_put(const EtNormFold<N>& f, int i, float v) {
+    const int lg = et_fold_lanes_log2(f), TP = 1 << lg;
+    v = et_group_sum(v, TP);
+    if (i < f.rows << lg && (i & (TP - 1)) == 0)
+        et_norm_scales()[i >> lg] = rsqrtf(v / (float)f.cols + f.eps);
+}
+
+// All threads: fold f's row scales (its `rows` rows) into et_norm_scales, a round of the
+// CTA's threads at a time (the caller's barrier makes them visible).
 template <typename N>
 __device__ __forceinline__ void et_fold_scales(const EtNormFold<N>& f) {
-    float* sc = et_norm_scales();
-    const int lg = et_log2_ceil(f.T < 32 ? f.T : 32), TP = 1 << lg, n = f.rows << lg;
+    const int n = f.rows << et_fold_lanes_log2(f);
 #pragma unroll 1
-    for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles below)
-        const int i = i0 + (int)threadIdx.x, r = i >> lg;
-        float v = 0.f;
-        for (int j = i & (TP - 1); i < n && j < f.T; j += TP) v += f.ss[r * f.ss_r + j];
-        v = et_group_sum(v, TP);
-        if (i < n && (i & (TP - 1)) == 0) sc[r] = rsqrtf(v / (float)f.cols + f.eps);
+    for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles)
+        const int i = i0 + (int)threadIdx.x;
+        et_fold_put(f, i, et_fold_part(f, i));
     }
 }
 __device__ __forceinline__ void et_fold_scales(const EtNoFold&) {}
@@ -744,7 +793,9 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     const int words = g.k / V, steps = (words + STEP - 1) / STEP;
     float* xs = et_llm_smem();
     float xv[XT];
-    auto load_x = [&](int chunk) {  // this thread's share of chunk `chunk`, zero past k
+    // this thread's share of chunk `chunk`, zero past k; a fold's column scales applied, and
+    // its row scales where `rows_scaled` (else scale_rows applies them once written)
+    auto load_x = [&](int chunk, bool rows_scaled) {
 #pragma unroll
         for (int i = 0; i < XT; ++i) {
             const int f = (int)threadIdx.x + 256 * i, r = f / (CHUNK * V);
@@ -752,7 +803,15 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
             xv[i] = f < XE && r < g.rows && t < g.k ? et_to_float(x[r * g.xr + t * g.xk]) : 0.f;
             if constexpr (et_folds<F>)
                 if (fold.ss && f < XE && r < g.rows && t < g.k)
-                    xv[i] *= et_norm_scales()[g.r0 + r] * et_to_float(fold.nw[t]);
+                    xv[i] *= (rows_scaled ? et_norm_scales()[g.r0 + r] : 1.f) *
+                             et_to_float(fold.nw[t]);
+        }
+    };
+    auto scale_rows = [&]() {
+#pragma unroll
+        for (int i = 0; i < XT; ++i) {
+            const int f = (int)threadIdx.x + 256 * i, r = f / (CHUNK * V);
+            if (f < XE && r < g.rows) xv[i] *= et_norm_scales()[g.r0 + r];
         }
     };
     auto store_x = [&]() {
@@ -819,13 +878,27 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         };
         float acc[R][NB] = {};
         if (EARLY) take_w(cur, 0);
-        if constexpr (et_folds<F> && EARLY)
-            if (j0 == 0 && fold.rows) {  // (uniform) with the first weights in flight
-                et_fold_scales(fold);
-                __syncthreads();
-            }
+        auto load_first_x = [&]() {  // chunk 0 into xv (the first pass: a fold's scales too)
+            if constexpr (et_folds<F> && EARLY)
+                if (j0 == 0 && fold.rows) {  // (uniform) with the first weights in flight
+                    if ((fold.rows << et_fold_lanes_log2(fold)) <= (int)blockDim.x) {
+                        // one round of row sums: their loads travel with x's
+                        const float part = et_fold_part(fold, (int)threadIdx.x);
+                        load_x(0, false);
+                        et_fold_put(fold, (int)threadIdx.x, part);
+                        __syncthreads();
+                        scale_rows();
+                    } else {
+                        et_fold_scales(fold);
+                        __syncthreads();
+                        load_x(0, true);
+                    }
+                    return;
+                }
+            load_x(0, true);
+        };
         if (j0 == 0 || !one_chunk) {
-            load_x(0);
+            load_first_x();
             store_x();
             __syncthreads();
         }
@@ -833,7 +906,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
 #pragma unroll 1
         for (int s = 0; s < steps; ++s) {
             const int local = s % S;  // the step within its chunk
-            if (local == 0 && s + S < steps) load_x(s / S + 1);
+            if (local == 0 && s + S < steps) load_x(s / S + 1, true);
             if (s > 0) take_w(cur, s);
 #pragma unroll
             for (int m = 0; m < KW; ++m) {
