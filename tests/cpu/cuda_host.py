@@ -31,6 +31,8 @@ PATCHES = {
         r'(?s)asm volatile\("cp\.async\.cg\.shared\.global.*?"memory"\);':
             "if (bytes) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16); (void)policy; "
             "++et_host_async_words;",
+        r'asm\("mov\.u32 %0, %%dynamic_smem_size;" : "=r"\(n\)\);':
+            "n = ET_HOST_DYNAMIC_SMEM;",
         r'asm volatile\("cp\.async\.commit_group;" ::: "memory"\);': "",
         r'asm volatile\("cp\.async\.wait_group %0;" :: "n"\(N\) : "memory"\);': "",
     },
@@ -143,6 +145,9 @@ inline unsigned short et_host_bf16(float v) {
     return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 @PRELUDE@
+#ifndef ET_HOST_DYNAMIC_SMEM  // %dynamic_smem_size: the static buffer's (a prelude may say less)
+#define ET_HOST_DYNAMIC_SMEM (3 * 65536)
+#endif
 #include "eventtensor/bodies.cuh"
 @EXTRA_INCLUDES@
 template <typename F> void et_run_cta(F body) {

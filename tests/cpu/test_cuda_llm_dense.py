@@ -418,7 +418,8 @@ def expectations(case: Case, vals: dict):
 
 # ET_LINEAR_EARLY on the host: the body alone first, counting its weight copies, then the
 # outputs back to their sentinels, then the early part (it must issue the first rounds) and
-# the body (it must take them: the same copies in all, none issued twice or left counted)
+# the body (it must take them: the same copies in all, none issued twice or left counted);
+# a case expecting none early must issue no copy at all
 EARLY_RUN = """
     const long long at_ = {at}, size_ = {size};
     std::vector<unsigned char> sentinel_(D + at_, D + at_ + size_);
@@ -426,7 +427,7 @@ EARLY_RUN = """
     et_run_cta([&] {{ et_body_{kind}({call}); }});
     const long long plain_ = et_host_async_words.exchange(0);
     std::memcpy(D + at_, sentinel_.data(), size_);
-    std::atomic<int> bad_{{0}};
+    std::atomic<int> bad_{{plain_ && !{expect}}};  // (none early: none at all, no ring)
     et_run_cta([&] {{
         et_early_{kind}({call});
         if (et_async_early() != {expect}) ++bad_;
@@ -440,10 +441,10 @@ EARLY_RUN = """
     }}"""
 
 
-def run_cases(tmp, all_cases, prelude=PRELUDE, early=0):
+def run_cases(tmp, all_cases, prelude=PRELUDE, early=None):
     """Each case's body on the host emulation (compiled with `prelude`): per case, its out
     tensors by role and its expectations (reference and tolerance by role). With `early`
-    (one out tensor a case), each runs as EARLY_RUN, its early part counting that many
+    set (one out tensor a case), each runs as EARLY_RUN, its early part counting that many
     copies ahead."""
     rng = np.random.default_rng(11)
     layout, blocks, cases = Layout(), [], []
@@ -461,7 +462,7 @@ def run_cases(tmp, all_cases, prelude=PRELUDE, early=0):
         call = ", ".join([*names, *case.args])
         lines += [f"    et_host_staged = {str(case.staged).lower()};",
                   f"    et_host_mma_rows = {case.mma};"]
-        if early:
+        if early is not None:
             (role, t), = case.outs.items()
             size = int(np.prod(t.shape)) * (2 if t.dtype == B else 4)
             lines.append(EARLY_RUN.format(at=outs[role], size=size, kind=case.kind, call=call,
@@ -626,12 +627,14 @@ def test_linear_async_rounds_match_reference(async_results, i):
 
 
 # the first copies issued before the task's waits (ET_LINEAR_EARLY): variant -> (cases,
-# ring knob, copies issued early): the one-row linears' rounds (ET_LINEAR_ASYNC 2 and 3),
-# the tensor-core linears' blocks (ET_LINEAR_MMA_RING 3) for the cases that path takes (8
-# rows or more, float x, k a multiple of 32)
+# ring knob, copies issued early): the one-row linears' rounds (ET_LINEAR_ASYNC 2 and 3;
+# with 2 but a launch's dynamic shared memory short of the ring, none: the words go through
+# registers, no copy issued), the tensor-core linears' blocks (ET_LINEAR_MMA_RING 3) for the
+# cases that path takes (8 rows or more, float x, k a multiple of 32)
 EARLY_VARIANTS = {
     "async2": (ONE_ROW_CASES, "ET_LINEAR_ASYNC 2", 1),
     "async3": (ONE_ROW_CASES, "ET_LINEAR_ASYNC 3", 2),
+    "async2_no_ring": (ONE_ROW_CASES, "ET_LINEAR_ASYNC 2\n#define ET_HOST_DYNAMIC_SMEM 65536", 0),
     "mma_ring3": ([c for c in MMA_CASES if c.kind == "linear_partial"
                    and c.ins["x"].n[0] >= c.mma and c.ins["x"].n[1] % 32 == 0
                    and c.ins["x"].dtype == F],

@@ -154,12 +154,13 @@ DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_M
 def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:
     """DECODE_KNOBS overridden by `knobs`; with the stage ring (ET_STAGE_BYTES), whose copies
     carry their own L2 hint and take the dynamic shared memory, without the evict-first
-    weight loads and the attention's KV stream."""
+    weight loads, the attention's KV stream and the linears' rings (and their early
+    copies)."""
     merged = dict(DECODE_KNOBS)
     if (knobs or {}).get("ET_STAGE_BYTES"):
-        merged.pop("ET_WEIGHTS_EVICT_FIRST")
-        merged.pop("ET_ATTN_STREAM")
-        merged.pop("ET_LINEAR_MMA_RING")
+        for knob in ("ET_WEIGHTS_EVICT_FIRST", "ET_ATTN_STREAM", "ET_LINEAR_MMA_RING",
+                     "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY"):
+            merged.pop(knob, None)
     return {**merged, **(knobs or {})}
 
 
@@ -247,6 +248,7 @@ class GpuDecodeSession(RequestSlots):
                        f"{config.num_layers} layers, {len(self.program.grids)} task grids, "
                        f"{max_batch} requests, B <= {self.max_tokens} tokens a step)")
         kernel["knobs"] = decode_knobs(kernel.get("knobs"))
+        kernel.setdefault("linear_ring", self._one_row_linears)
         self.kernel = Megakernel(self.program, mode, say=lambda m: _say(progress, m), **kernel)
         self.compile_s = time.perf_counter() - start
         phases = ", ".join(f"{k} {v:.2f}" for k, v in self.kernel.build.seconds.items()
@@ -257,6 +259,12 @@ class GpuDecodeSession(RequestSlots):
         self.tensors = self._device_tensors(weights, cache_dtype, progress)
         self.load_s = time.perf_counter() - start
         self._launched: dict[int, Any] = {}  # batch size -> its launch state (relaunched)
+
+    def _one_row_linears(self, env: Mapping[str, int]) -> bool:
+        """Whether a step of env["B"] tokens has linear tasks of one row (a row tile of one
+        token): only their launches take the one-row linear's ring (ET_LINEAR_ASYNC) out of
+        L1 (`Megakernel`'s `linear_ring`)."""
+        return (env["B"] - 1) % self.tiles.rows == 0
 
     def _device_tensors(self, weights: Mapping[str, Any], cache_dtype: str,
                         progress: bool) -> dict[str, Any]:

@@ -48,15 +48,16 @@ SMEM_PER_CTA_RESERVED = 1024  # of it, reserved by the system per resident CTA
 STATIC_SMEM_BOUND = 28 * 1024  # a megakernel's static shared memory, at most (runtime checks)
 
 
-def dynamic_smem_bytes(knobs: Mapping[str, int] | None) -> int:
+def dynamic_smem_bytes(knobs: Mapping[str, int] | None, linear_ring: bool = True) -> int:
     """The dynamic shared memory a CTA of a kernel with these knobs takes: the stage ring
     (ET_STAGE_BYTES), or the largest of the one-row linear's rounds of weight words
-    (ET_LINEAR_ASYNC), the tensor-core linear's ring of weight blocks (ET_LINEAR_MMA_RING)
-    and the attention's ring of KV words (ET_ATTN_STREAM), which share it (a CTA runs one
-    body at a time)."""
+    (ET_LINEAR_ASYNC, unless `linear_ring` is false: a launch may leave it out, and the
+    one-row linear then loads its words into registers), the tensor-core linear's ring of
+    weight blocks (ET_LINEAR_MMA_RING) and the attention's ring of KV words (ET_ATTN_STREAM),
+    which share it (a CTA runs one body at a time)."""
     knobs = knobs or {}
     return int(knobs.get("ET_STAGE_BYTES", 0)) or max(
-        int(knobs.get("ET_LINEAR_ASYNC", 0)) * ASYNC_ROUND_BYTES,
+        int(knobs.get("ET_LINEAR_ASYNC", 0)) * ASYNC_ROUND_BYTES * linear_ring,
         int(knobs.get("ET_LINEAR_MMA_RING", 0)) * MMA_RING_BLOCK_BYTES,
         int(knobs.get("ET_ATTN_STREAM", 0)) * ATTN_STREAM_WORD_BYTES)
 

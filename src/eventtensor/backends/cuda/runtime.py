@@ -11,7 +11,7 @@ turns it into `DeadlockError` naming the task, the event element and the counter
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,6 +171,7 @@ class _State:
     # per CTA its stream bounds (ET_SM_ARGS), then per CTA its first chunk (`_first_chunks`)
     sm_args: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     owned: dict = field(default_factory=dict)  # outputs and temps this runtime allocated
+    smem: int = 0  # dynamic shared memory of each CTA of its launches
 
 
 EARLY_BIT, PUSH_BIT, ELEM_LIMIT = 1 << 30, 1 << 29, 1 << 29
@@ -373,7 +374,8 @@ class Megakernel:
                  policy: str = "critical_path", watchdog_s: float = 1.0,
                  early_push: bool = True, dynamic_grids: Sequence[str] | None = None,
                  ctas_per_sm: int = 1, knobs: Mapping[str, int] | None = None,
-                 overlap_launches: bool = True, fast_compile: str | None = None, say=None):
+                 overlap_launches: bool = True, fast_compile: str | None = None, say=None,
+                 linear_ring: Callable[[Mapping[str, int]], bool] | None = None):
         """`num_sms`: the SMs to use (default: all); `ctas_per_sm` persistent CTAs run on each
         (each its own static queue: more CTAs hide more memory latency, with fewer registers
         each); `dynamic_grids` (hybrid mode): the grids run from the device queue, by default
@@ -382,7 +384,11 @@ class Megakernel:
         stream serialization, so that a launch's CTAs start while the kernel before it on the
         stream still runs and load their arguments meanwhile (runtime.cuh
         et_wait_previous_launch); `fast_compile`: NVRTC's --Ofast-compile level (faster
-        compiles, other code); `say` hears of the build's long phases (`build_kernel`)."""
+        compiles, other code); `say` hears of the build's long phases (`build_kernel`);
+        `linear_ring`: whether the launches of a binding get the one-row linear's ring of
+        weight rounds (knob ET_LINEAR_ASYNC) in their dynamic shared memory, which the SM
+        takes from its L1 (the other bodies' cache) whether they use it or not (None: all
+        launches)."""
         import torch
         self.torch = torch
         self.mode, self.policy, self.early_push = mode, policy, early_push
@@ -392,6 +398,7 @@ class Megakernel:
         self.overlap_launches = overlap_launches
         self.knobs = dict(knobs or {})
         self.dynamic_smem = dynamic_smem_bytes(knobs)  # rings: stage, linear rounds, KV words
+        self.linear_ring = linear_ring
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         self.num_sms = num_sms or props.multi_processor_count
         self.num_ctas = self.num_sms * ctas_per_sm  # the workers the schedules deal tasks to
@@ -480,7 +487,9 @@ class Megakernel:
                                      device=dev),
         }
         mask = int(sum(1 << int(gi) for gi in np.flatnonzero(t.grid_mode) if gi < 63))
-        st = _State(t, arrays, n_dynamic=n_dyn, dynamic_mask=mask, sm_args=host.sm_args)
+        ring = self.linear_ring is None or self.linear_ring(env)
+        st = _State(t, arrays, n_dynamic=n_dyn, dynamic_mask=mask, sm_args=host.sm_args,
+                    smem=dynamic_smem_bytes(self.knobs, linear_ring=ring))
         if tables is None:
             self._states[key] = st
         return st
@@ -542,22 +551,22 @@ class Megakernel:
         params = ((st.args.data_ptr(),), (ctypes.c_void_p,))
         if not self.overlap_launches:
             _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1,
-                                         self.dynamic_smem, s.cuda_stream, params, 0),
+                                         st.smem, s.cuda_stream, params, 0),
                    "cuLaunchKernel")
             return
         config = self._overlap_config()
         config.hStream = driver.CUstream(s.cuda_stream)
+        config.sharedMemBytes = st.smem
         _check(driver.cuLaunchKernelEx(config, self._function(), params, 0), "cuLaunchKernelEx")
 
     def _overlap_config(self):
         """The launch configuration with programmatic stream serialization (built once; a
-        launch sets only its stream)."""
+        launch sets only its stream and dynamic shared memory)."""
         if self._config is None:
             from cuda.bindings import driver
             config = driver.CUlaunchConfig()
             config.gridDimX, config.gridDimY, config.gridDimZ = self.num_ctas, 1, 1
             config.blockDimX, config.blockDimY, config.blockDimZ = THREADS, 1, 1
-            config.sharedMemBytes = self.dynamic_smem
             overlap = driver.CUlaunchAttribute()
             ids = driver.CUlaunchAttributeID
             overlap.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION

@@ -21,6 +21,12 @@ __device__ __forceinline__ EtWord16* et_async_ring() {
     extern __shared__ __align__(128) unsigned char et_dynamic_smem[];
     return reinterpret_cast<EtWord16*>(et_dynamic_smem);
 }
+// The bytes of dynamic shared memory the launch gave each CTA.
+__device__ __forceinline__ unsigned et_dynamic_smem_size() {
+    unsigned n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
 // An L2 policy for the copies: evict-first (weights read once) or normal.
 template <bool FIRST>
 __device__ __forceinline__ unsigned long long et_async_policy() {

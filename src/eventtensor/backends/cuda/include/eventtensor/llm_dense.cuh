@@ -702,6 +702,9 @@ __device__ __forceinline__ void et_fold_scales(const EtNoFold&) {}
 // are in flight while it computes one: up to 128 KB a CTA instead of the 64 KB its registers
 // hold. A thread reads back only what it copied itself: no barrier, only its own
 // cp.async groups (one per round) to wait for. Excludes the stage ring (ET_STAGE_BYTES).
+// The ring is there only where the launch gives the CTA that much dynamic shared memory
+// (et_linear_ring; a launch may keep it for L1): without it, the path loads the words into
+// registers, as with ET_LINEAR_ASYNC 0.
 #ifndef ET_LINEAR_ASYNC
 #define ET_LINEAR_ASYNC 0
 #endif
@@ -711,6 +714,10 @@ __device__ __forceinline__ void et_fold_scales(const EtNoFold&) {}
 #define ET_ASYNC_ROUND_BYTES 65536  // 256 threads x 16 words x 16 bytes
 static_assert(ET_LINEAR_ASYNC == 0 || ET_LINEAR_ASYNC == 2 || ET_LINEAR_ASYNC == 3,
               "ET_LINEAR_ASYNC takes 0 (off), 2 or 3 rounds");
+__device__ __forceinline__ bool et_linear_ring() {
+    return ET_LINEAR_ASYNC > 0 &&
+           et_dynamic_smem_size() >= (unsigned)(ET_LINEAR_ASYNC * ET_ASYNC_ROUND_BYTES);
+}
 // This thread's first word in ring slot q % ET_LINEAR_ASYNC (a slot: one round, 16 words a
 // thread, word i of thread t at i * 256 + t).
 __device__ __forceinline__ EtWord16* et_async_slot(int q) {
@@ -825,21 +832,24 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     // one chunk holds all of k (more rows: the registers go to the accumulators)
     constexpr bool EARLY = NB <= 8, HINT = ET_WEIGHTS_EVICT_FIRST && NB <= 4;
     const bool one_chunk = EARLY && steps <= S;
-    // ET_LINEAR_ASYNC (one row): round q = step q % steps of pass q / steps, in slot q % D
+    // ET_LINEAR_ASYNC (one row, where the launch gave the ring): round q = step q % steps of
+    // pass q / steps, in slot q % D
     constexpr bool ASYNC = ET_LINEAR_ASYNC > 0 && NB == 1 && R * KW == 16;
     constexpr int D = ASYNC ? ET_LINEAR_ASYNC : 1;
-    const int rounds = ASYNC ? (g.cols + 32 * R - 1) / (32 * R) * steps : 0;
+    const bool ring = ASYNC && et_linear_ring();
+    const int rounds = ring ? (g.cols + 32 * R - 1) / (32 * R) * steps : 0;
     int round = 0;  // the next round a step takes
     unsigned long long policy = 0;
-    if constexpr (ASYNC) {  // the first D - 1 rounds in flight (issued early, or now)
-        policy = et_async_policy<HINT>();
-        bool early = false;
-        if constexpr (ET_LINEAR_EARLY) {
-            early = et_async_early() != 0;
-            et_async_early() = 0;
+    if constexpr (ASYNC)
+        if (ring) {  // the first D - 1 rounds in flight (issued early, or now)
+            policy = et_async_policy<HINT>();
+            bool early = false;
+            if constexpr (ET_LINEAR_EARLY) {
+                early = et_async_early() != 0;
+                et_async_early() = 0;
+            }
+            if (!early) et_async_first_rounds<R, KW>(w, g, policy);
         }
-        if (!early) et_async_first_rounds<R, KW>(w, g, policy);
-    }
     if constexpr (et_folds<F> && !EARLY)  // (weights issued after x: the scales first)
         if (fold.rows) {
             et_fold_scales(fold);
@@ -861,20 +871,21 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
                 }
         };
         auto take_w = [&](EtWord16 (&dst)[R][KW], int s) {  // step s's words into dst
-            if constexpr (ASYNC) {  // the round D - 1 ahead issued, this one's group waited
-                if (round + D - 1 < rounds)
-                    et_async_round<R, KW>(w, g, steps, round + D - 1, policy);
-                et_async_commit();
-                et_async_wait<D - 1>();
-                const EtWord16* slot = et_async_slot(round);
+            if constexpr (ASYNC)
+                if (ring) {  // the round D - 1 ahead issued, this one's group waited
+                    if (round + D - 1 < rounds)
+                        et_async_round<R, KW>(w, g, steps, round + D - 1, policy);
+                    et_async_commit();
+                    et_async_wait<D - 1>();
+                    const EtWord16* slot = et_async_slot(round);
 #pragma unroll
-                for (int m = 0; m < KW; ++m)
+                    for (int m = 0; m < KW; ++m)
 #pragma unroll
-                    for (int u = 0; u < R; ++u) dst[u][m] = slot[(u * KW + m) * 256];
-                ++round;
-            } else {
-                load_w(dst, s);
-            }
+                        for (int u = 0; u < R; ++u) dst[u][m] = slot[(u * KW + m) * 256];
+                    ++round;
+                    return;
+                }
+            load_w(dst, s);
         };
         float acc[R][NB] = {};
         if (EARLY) take_w(cur, 0);
@@ -1574,7 +1585,7 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
             }
         }
         if constexpr (ET_LINEAR_ASYNC > 0) {
-            if (g.rows != 1 || mma) return;
+            if (g.rows != 1 || mma || !et_linear_ring()) return;
             if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w.p, g, policy);
             else et_async_first_rounds<4, 4>(w.p, g, policy);
             et_async_early() = ET_LINEAR_ASYNC - 1;
