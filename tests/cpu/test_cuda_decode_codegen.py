@@ -126,9 +126,10 @@ def test_decode_sessions_default_knobs_compile():
     """The decode session's knobs (decode_knobs: no next-task L2 prefetch, evict-first
     weights, tensor cores from 8 rows with their weights through the ring of blocks and
     their MMAs in the spread order, CUDA-core passes of up to 8 rows, the attention's KV
-    stream, every task's notifies published at once; the stage ring without
-    evict-first weights and the two rings, caller knobs on top) make a kernel that compiles
-    and differs from the device library's defaults."""
+    stream, every task's notifies published at once, one-row linears' weights through 2
+    rounds in shared memory, the first issued before the task's waits; the stage ring
+    without evict-first weights, the rings and the early copies, caller knobs on top) make
+    a kernel that compiles and differs from the device library's defaults."""
     from eventtensor.models.gpu_decode import DECODE_KNOBS, decode_knobs
     assert decode_knobs(None) == DECODE_KNOBS == {"ET_PREFETCH_NEXT": 0,
                                                   "ET_WEIGHTS_EVICT_FIRST": 1,
@@ -137,7 +138,9 @@ def test_decode_sessions_default_knobs_compile():
                                                   "ET_ATTN_STREAM": 16,
                                                   "ET_LINEAR_MMA_RING": 4,
                                                   "ET_LINEAR_MMA_SPREAD": 1,
-                                                  "ET_DEFER_MAX": 1}
+                                                  "ET_DEFER_MAX": 1,
+                                                  "ET_LINEAR_ASYNC": 2,
+                                                  "ET_LINEAR_EARLY": 1}
     assert decode_knobs({"ET_STAGE_BYTES": 4096}) == {"ET_PREFETCH_NEXT": 0,
                                                       "ET_LINEAR_MMA": 8,
                                                       "ET_LINEAR_CORE_ROWS": 8,
@@ -151,6 +154,7 @@ def test_decode_sessions_default_knobs_compile():
     assert "#define ET_LINEAR_MMA 8" in src and "#define ET_LINEAR_CORE_ROWS 8" in src
     assert "#define ET_ATTN_STREAM 16" in src and "#define ET_LINEAR_MMA_RING 4" in src
     assert "#define ET_LINEAR_MMA_SPREAD 1" in src and "#define ET_DEFER_MAX 1" in src
+    assert "#define ET_LINEAR_ASYNC 2" in src and "#define ET_LINEAR_EARLY 1" in src
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 
@@ -159,7 +163,7 @@ def test_decode_sessions_default_knobs_compile():
                                    {"ET_LINEAR_MMA": 8}, {"ET_LINEAR_ASYNC": 3},
                                    {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1},
                                    {"ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_RING": 4,
-                                    "ET_LINEAR_EARLY": 1}])
+                                    "ET_LINEAR_EARLY": 2}])
 def test_decode_kernel_with_weight_prefetch_compiles(knobs):
     """With the prefetch window (the weight tiles of the tasks ahead go to L2 from the static
     walker), the stage ring (they are copied into shared memory ahead of their tasks), a
@@ -194,8 +198,8 @@ def test_bulk_prefetch_window_issues_tma_prefetches(tmp_path, monkeypatch):
 def test_early_linear_parts_only_in_static_kernels_with_the_ring():
     """ET_LINEAR_EARLY: the decode program's linear_partial grids get an early part (their
     tile views, et_early_linear_partial) in static and unfused kernels; the other grids and
-    the dynamic kernel none; without ET_LINEAR_ASYNC's or ET_LINEAR_MMA_RING's ring the knob
-    is refused."""
+    the dynamic kernel none; a bit of the knob without its ring (1: ET_LINEAR_ASYNC's, 2:
+    ET_LINEAR_MMA_RING's) is refused."""
     _, p = decode_program("tiny-llama", layers=1)
     knobs = {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}
     src = generate(p, "static", knobs=knobs)
@@ -206,11 +210,15 @@ def test_early_linear_parts_only_in_static_kernels_with_the_ring():
     assert src.count("et_early_linear_partial(t0, t1, t2);") >= 2
     assert "et_early_task" not in generate(p, "static", knobs={"ET_LINEAR_ASYNC": 2})
     assert "et_early_task" not in generate(p, "dynamic", knobs=knobs)
-    ring = generate(p, "static", knobs={"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_EARLY": 1})
+    ring = generate(p, "static", knobs={"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_EARLY": 2})
     assert ring.count("et_early_linear_partial(t0, t1, t2);") >= 2
-    with pytest.raises(ValueError, match="knob ET_LINEAR_EARLY=1: the early weight copies go "
-                                         "to the ring of ET_LINEAR_ASYNC or ET_LINEAR_MMA_RING"):
-        generate(p, "static", knobs={"ET_LINEAR_EARLY": 1})
+    for knobs in ({"ET_LINEAR_EARLY": 1}, {"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_EARLY": 1},
+                  {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 2},
+                  {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 4}):
+        with pytest.raises(ValueError, match=f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: "
+                                             "the early weight copies go to the ring of "
+                                             "ET_LINEAR_ASYNC"):
+            generate(p, "static", knobs=knobs)
 
 
 @pytest.mark.parametrize("name, bits", [("tiny-llama", 1 << 2), ("llama-3.2-1b", 1 << 4),

@@ -418,8 +418,8 @@ def expectations(case: Case, vals: dict):
 
 # ET_LINEAR_EARLY on the host: the body alone first, counting its weight copies, then the
 # outputs back to their sentinels, then the early part (it must issue the first rounds) and
-# the body (it must take them: the same copies in all, none issued twice or left counted);
-# a case expecting none early must issue no copy at all
+# the body (it must take them: the same copies in all, none issued twice or left counted),
+# at most `most` copies in all
 EARLY_RUN = """
     const long long at_ = {at}, size_ = {size};
     std::vector<unsigned char> sentinel_(D + at_, D + at_ + size_);
@@ -427,7 +427,7 @@ EARLY_RUN = """
     et_run_cta([&] {{ et_body_{kind}({call}); }});
     const long long plain_ = et_host_async_words.exchange(0);
     std::memcpy(D + at_, sentinel_.data(), size_);
-    std::atomic<int> bad_{{plain_ && !{expect}}};  // (none early: none at all, no ring)
+    std::atomic<int> bad_{{plain_ > {most}}};  // (copies the body may issue in all)
     et_run_cta([&] {{
         et_early_{kind}({call});
         if (et_async_early() != {expect}) ++bad_;
@@ -441,11 +441,11 @@ EARLY_RUN = """
     }}"""
 
 
-def run_cases(tmp, all_cases, prelude=PRELUDE, early=None):
+def run_cases(tmp, all_cases, prelude=PRELUDE, early=None, most=None):
     """Each case's body on the host emulation (compiled with `prelude`): per case, its out
     tensors by role and its expectations (reference and tolerance by role). With `early`
     set (one out tensor a case), each runs as EARLY_RUN, its early part counting that many
-    copies ahead."""
+    copies ahead, and the body issuing at most `most` copies in all (None: any number)."""
     rng = np.random.default_rng(11)
     layout, blocks, cases = Layout(), [], []
     for i, case in enumerate(all_cases):
@@ -466,7 +466,8 @@ def run_cases(tmp, all_cases, prelude=PRELUDE, early=None):
             (role, t), = case.outs.items()
             size = int(np.prod(t.shape)) * (2 if t.dtype == B else 4)
             lines.append(EARLY_RUN.format(at=outs[role], size=size, kind=case.kind, call=call,
-                                          i=i, expect=early))
+                                          i=i, expect=early,
+                                          most="LLONG_MAX" if most is None else most))
         else:
             lines.append(f"    et_run_cta([&] {{ et_body_{case.kind}({call}); }});")
         lines.append("}")
@@ -627,18 +628,22 @@ def test_linear_async_rounds_match_reference(async_results, i):
 
 
 # the first copies issued before the task's waits (ET_LINEAR_EARLY): variant -> (cases,
-# ring knob, copies issued early): the one-row linears' rounds (ET_LINEAR_ASYNC 2 and 3;
-# with 2 but a launch's dynamic shared memory short of the ring, none: the words go through
-# registers, no copy issued), the tensor-core linears' blocks (ET_LINEAR_MMA_RING 3) for the
-# cases that path takes (8 rows or more, float x, k a multiple of 32)
-EARLY_VARIANTS = {
-    "async2": (ONE_ROW_CASES, "ET_LINEAR_ASYNC 2", 1),
-    "async3": (ONE_ROW_CASES, "ET_LINEAR_ASYNC 3", 2),
-    "async2_no_ring": (ONE_ROW_CASES, "ET_LINEAR_ASYNC 2\n#define ET_HOST_DYNAMIC_SMEM 65536", 0),
-    "mma_ring3": ([c for c in MMA_CASES if c.kind == "linear_partial"
+# knobs, copies issued early, copies at most in all): the one-row linears' rounds
+# (ET_LINEAR_ASYNC 2 and 3, bit 1 of ET_LINEAR_EARLY; with 2 but a launch's dynamic shared
+# memory short of the ring, none at all: the words go through registers), the tensor-core
+# linears' blocks (ET_LINEAR_MMA_RING 3, bit 2) for the cases that path takes (8 rows or
+# more, float x, k a multiple of 32), and those with bit 1 alone (nothing early)
+MMA_EARLY_CASES = [c for c in MMA_CASES if c.kind == "linear_partial"
                    and c.ins["x"].n[0] >= c.mma and c.ins["x"].n[1] % 32 == 0
-                   and c.ins["x"].dtype == F],
-                  "ET_LINEAR_MMA_RING 3", 2)}
+                   and c.ins["x"].dtype == F]
+EARLY_VARIANTS = {
+    "async2": (ONE_ROW_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}, 1, None),
+    "async3": (ONE_ROW_CASES, {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1}, 2, None),
+    "async2_no_ring": (ONE_ROW_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1,
+                                       "ET_HOST_DYNAMIC_SMEM": 65536}, 0, 0),
+    "mma_ring3": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_EARLY": 2}, 2, None),
+    "mma_ring3_rows_bit": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_ASYNC": 2,
+                                             "ET_LINEAR_EARLY": 1}, 0, None)}
 
 
 @pytest.fixture(scope="module")
@@ -648,18 +653,18 @@ def early_results(tmp_path_factory):
 
     def results(variant):
         if variant not in done:
-            cases, ring, early = EARLY_VARIANTS[variant]
+            cases, knobs, early, most = EARLY_VARIANTS[variant]
+            defines = "".join(f"#define {k} {v}\n" for k, v in knobs.items())
             done[variant] = run_cases(tmp_path_factory.mktemp(f"early_{variant}"), cases,
-                                      PRELUDE + f"#define {ring}\n#define ET_LINEAR_EARLY 1\n",
-                                      early=early)
+                                      PRELUDE + defines, early=early, most=most)
         return done[variant]
     return results
 
 
 @needs_cxx
-@pytest.mark.parametrize("variant, i", [(v, i) for v, (cases, _, _) in EARLY_VARIANTS.items()
+@pytest.mark.parametrize("variant, i", [(v, i) for v, (cases, *_) in EARLY_VARIANTS.items()
                                         for i in range(len(cases))],
-                         ids=[f"{v}-{case_id(c)}" for v, (cases, _, _) in EARLY_VARIANTS.items()
+                         ids=[f"{v}-{case_id(c)}" for v, (cases, *_) in EARLY_VARIANTS.items()
                               for c in cases])
 def test_linear_early_copies_match_reference(early_results, variant, i):
     """The first copies issued before the task's waits (et_early_linear_partial), the rest

@@ -146,9 +146,21 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # of gpu_tiles 1.901 / 2.661 / 5.302 to 1.873 / 2.620 / 5.199 (2 tasks held: 1.907 / 2.602 /
 # 5.243; benchmarks/results/splits/decode_tiles_233086c_h100.md and
 # decode_tiles_down_233086c_h100.md).
+# One-row linears (B = 1) stream their weights through 2 rounds of 64 KB in shared memory
+# (ET_LINEAR_ASYNC), the first issued before the task's waits (ET_LINEAR_EARLY bit 1), in the
+# launches whose steps have one-row linears only (`GpuDecodeSession._one_row_linears`: the
+# ring's shared memory comes out of the SM's L1): on an H100, 1.750 / 2.324 / 4.831 to 1.706
+# / 2.370 / 4.892 ms at B = 1 / 16 / 64 where the knob also sent the tensor-core linears'
+# first blocks early, whose copies slow the attention from B = 16 (its bodies summed 18.8 to
+# 22.5 ms; benchmarks/results/splits/decode_tiles_async_2c082ff_h100.md; those early blocks
+# gained nothing on an H200 either, mma_ring/decode_tiles_73b62b0.md): bit 1 alone since;
+# 3 rounds: 1.792 ms at B = 1. Profile at B = 1 (splits/decode_trace_async_2c082ff_h100.md):
+# layer 8's q, o, gate/up and down bodies 8.5, 3.1, 22.2 and 9.1 µs instead of 10.3, 5.1,
+# 24.9 and 12.6 (splits/decode_trace_d75f873_h100.md), its attention 9.1 instead of 7.5.
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
                 "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16, "ET_LINEAR_MMA_RING": 4,
-                "ET_LINEAR_MMA_SPREAD": 1, "ET_DEFER_MAX": 1}
+                "ET_LINEAR_MMA_SPREAD": 1, "ET_DEFER_MAX": 1, "ET_LINEAR_ASYNC": 2,
+                "ET_LINEAR_EARLY": 1}
 
 
 def decode_knobs(knobs: Mapping[str, int] | None) -> dict[str, int]:

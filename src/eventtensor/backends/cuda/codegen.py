@@ -316,10 +316,11 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                          f"takes {MMA_RING_BLOCKS[0]} to {MMA_RING_BLOCKS[-1]} blocks of "
                          f"{MMA_RING_BLOCK_BYTES} bytes (0: none), "
                          f"at most {room} bytes a CTA with {ctas_per_sm} CTA(s) per SM")
-    if knobs.get("ET_LINEAR_EARLY", 0) and not (rounds or blocks):
-        raise ValueError(f"knob ET_LINEAR_EARLY={knobs['ET_LINEAR_EARLY']}: the early weight "
-                         "copies go to the ring of ET_LINEAR_ASYNC or ET_LINEAR_MMA_RING; set "
-                         "one of them")
+    early = knobs.get("ET_LINEAR_EARLY", 0)
+    if early not in (0, 1, 2, 3) or (early & 1 and not rounds) or (early & 2 and not blocks):
+        raise ValueError(f"knob ET_LINEAR_EARLY={early}: the early weight copies go to the "
+                         "ring of ET_LINEAR_ASYNC (bit 1) and of ET_LINEAR_MMA_RING (bit 2); "
+                         "set the bits of the rings the kernel has")
     for other, value in (("ET_LINEAR_ASYNC", rounds), ("ET_LINEAR_MMA_RING", blocks),
                          ("ET_ATTN_STREAM", stream)):
         if value and staging:

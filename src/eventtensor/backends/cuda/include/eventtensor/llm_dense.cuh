@@ -1561,9 +1561,10 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
 
 // The early part of a linear_partial task (knob ET_LINEAR_EARLY, runtime.cuh), all threads,
 // before the task waits on its inputs: where its body will take the tensor-core path with
-// the ring of blocks (ET_LINEAR_MMA_RING), this thread's first ET_LINEAR_MMA_RING - 1 blocks
-// of weight words, or the one-row streaming path with the ring of rounds (ET_LINEAR_ASYNC),
-// its first ET_LINEAR_ASYNC - 1 rounds, issued as that path would issue them and counted in
+// the ring of blocks (ET_LINEAR_MMA_RING; bit 2 of the knob), this thread's first
+// ET_LINEAR_MMA_RING - 1 blocks of weight words, or the one-row streaming path with the ring
+// of rounds (ET_LINEAR_ASYNC; bit 1), its first ET_LINEAR_ASYNC - 1 rounds, issued as that
+// path would issue them and counted in
 // et_async_early for the body to skip. Reads no input (x's pointer and shape only), so that
 // no wait guards it.
 template <typename X, typename W, typename O>
@@ -1575,7 +1576,7 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
         if (!et_linear_words_ok(x, w, out, g) || et_linear_staged_ok(x.p, w.p, g)) return;
         const unsigned long long policy = et_async_policy<ET_WEIGHTS_EVICT_FIRST>();
         const bool mma = ET_LINEAR_MMA_BUILT && et_mma_ok(x.p, w.p, g);
-        if constexpr (ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_BUILT) {
+        if constexpr ((ET_LINEAR_EARLY & 2) && ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_BUILT) {
             if (mma) {
                 const EtMmaCopies copies =
                     et_mma_copies(reinterpret_cast<const et_bf16*>(w.p), g, 0);
@@ -1584,7 +1585,7 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
                 et_async_early() = ET_LINEAR_MMA_RING - 1;
             }
         }
-        if constexpr (ET_LINEAR_ASYNC > 0) {
+        if constexpr ((ET_LINEAR_EARLY & 1) && ET_LINEAR_ASYNC > 0) {
             if (g.rows != 1 || mma || !et_linear_ring()) return;
             if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w.p, g, policy);
             else et_async_first_rounds<4, 4>(w.p, g, policy);

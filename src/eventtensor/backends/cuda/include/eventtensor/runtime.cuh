@@ -543,10 +543,10 @@ __device__ bool et_ring_wait(const long long* A, int task, int slot, unsigned pa
 // Thread 0 at kernel entry, before the CTA barrier of et_load_args: the ring's mbarriers.
 __device__ void et_ring_init();
 
-// Weights before the waits (knob ET_LINEAR_EARLY, with ET_LINEAR_ASYNC or ET_LINEAR_MMA_RING):
-// all threads of the CTA run the early part of a static task that will wait (generated
-// et_early_task: for a one-row linear its first rounds of weight copies, for a tensor-core
-// one its first ring blocks, llm_dense.cuh et_early_linear_partial)
+// Weights before the waits (knob ET_LINEAR_EARLY, bits: 1 the rounds of ET_LINEAR_ASYNC, 2 the
+// blocks of ET_LINEAR_MMA_RING): all threads of the CTA run the early part of a static task
+// that will wait (generated et_early_task: for a one-row linear its first rounds of weight
+// copies, for a tensor-core one its first ring blocks, llm_dense.cuh et_early_linear_partial)
 // before thread 0 waits on its events, so that the copies arrive while it waits. Not with a
 // device queue (ET_ARMED_COUNTS): a task nested in a blocked wait would take the ring.
 #ifndef ET_LINEAR_EARLY
