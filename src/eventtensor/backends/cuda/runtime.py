@@ -411,6 +411,7 @@ class Megakernel:
         self.compiled, self.template = self.build.compiled, self.build.template
         self.dynamic_grids = self.build.dynamic_grids
         self._func = None
+        self._smem_limit = self.dynamic_smem  # the function's dynamic shared memory limit now
         self._config = None  # launch configuration of overlapped launches
         self._states: dict[tuple[int, ...], _State] = {}
 
@@ -549,6 +550,7 @@ class Megakernel:
         from cuda.bindings import driver
         s = stream if stream is not None else self.torch.cuda.current_stream()
         params = ((st.args.data_ptr(),), (ctypes.c_void_p,))
+        self._limit_smem(st.smem)
         if not self.overlap_launches:
             _check(driver.cuLaunchKernel(self._function(), self.num_ctas, 1, 1, THREADS, 1, 1,
                                          st.smem, s.cuda_stream, params, 0),
@@ -558,6 +560,16 @@ class Megakernel:
         config.hStream = driver.CUstream(s.cuda_stream)
         config.sharedMemBytes = st.smem
         _check(driver.cuLaunchKernelEx(config, self._function(), params, 0), "cuLaunchKernelEx")
+
+    def _limit_smem(self, smem: int) -> None:
+        """The function's dynamic shared memory limit set to a launch's own (the SM may size
+        its shared memory, and so its L1, by the limit rather than by the launch)."""
+        if smem != self._smem_limit:
+            from cuda.bindings import driver
+            _check(driver.cuFuncSetAttribute(
+                self._function(), driver.CUfunction_attribute.
+                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem), "cuFuncSetAttribute")
+            self._smem_limit = smem
 
     def _overlap_config(self):
         """The launch configuration with programmatic stream serialization (built once; a
