@@ -1559,6 +1559,14 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
     et_linear_rest(x, w, out, et_linear_plain(x, w, out), g);
 }
 
+// Whether the launch runs the early parts of its linear tasks (knob ET_LINEAR_EARLY,
+// runtime.cuh): with bit 2 (the tensor-core blocks) every launch; with bit 1 alone only one
+// that gave the one-row linear its ring (et_linear_ring): elsewhere the early parts would
+// issue nothing and only cost their tile views before the task's waits.
+__device__ __forceinline__ bool et_early_now() {
+    return (ET_LINEAR_EARLY & 2) || et_linear_ring();
+}
+
 // The early part of a linear_partial task (knob ET_LINEAR_EARLY, runtime.cuh), all threads,
 // before the task waits on its inputs: where its body will take the tensor-core path with
 // the ring of blocks (ET_LINEAR_MMA_RING; bit 2 of the knob), this thread's first

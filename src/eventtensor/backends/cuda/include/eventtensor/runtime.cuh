@@ -556,6 +556,7 @@ __device__ void et_ring_init();
 #define ET_EARLY_TASKS 1
 __device__ void et_early_task(const long long* A, const EtTask& task);
 __device__ __forceinline__ bool et_has_early(int g);
+__device__ __forceinline__ bool et_early_now();  // (llm_dense.cuh)
 #else
 #define ET_EARLY_TASKS 0
 #endif
@@ -623,7 +624,8 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& ne
     }
     const bool waits = (v.num_waits && !satisfied) || et_has_extra_waits(v.task.a.x);
 #if ET_EARLY_TASKS
-    if (!DYNAMIC && waits && et_has_early(v.task.a.x)) et_early_task(A, v.task);
+    if (!DYNAMIC && waits && et_has_early(v.task.a.x) && et_early_now())
+        et_early_task(A, v.task);
 #endif
     int ok = 1;  // a task without waits or staged tiles needs neither verdict nor barrier
     while (waits || slot >= 0) {
