@@ -153,8 +153,12 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # / 2.370 / 4.892 ms at B = 1 / 16 / 64 where the knob also sent the tensor-core linears'
 # first blocks early, whose copies slow the attention from B = 16 (its bodies summed 18.8 to
 # 22.5 ms; benchmarks/results/splits/decode_tiles_async_2c082ff_h100.md; those early blocks
-# gained nothing on an H200 either, mma_ring/decode_tiles_73b62b0.md): bit 1 alone since;
-# 3 rounds: 1.792 ms at B = 1. Profile at B = 1 (splits/decode_trace_async_2c082ff_h100.md):
+# gained nothing on an H200 either, mma_ring/decode_tiles_73b62b0.md): bit 1 alone since.
+# With bit 1 alone the early parts still built their tile views before every linear task's
+# waits at every B: 1.697 / 2.433 / 4.970 against 1.764 / 2.352 / 4.850 ms without the ring
+# (splits/decode_tiles_async_e515a7a_h100.md), the ring without early copies 1.736 / 2.354 /
+# 4.815 (splits/decode_tiles_async_f76fe2f_h100.md): they run only in launches with the ring
+# since. 3 rounds: 1.792 ms at B = 1. Profile at B = 1 (splits/decode_trace_async_2c082ff_h100.md):
 # layer 8's q, o, gate/up and down bodies 8.5, 3.1, 22.2 and 9.1 µs instead of 10.3, 5.1,
 # 24.9 and 12.6 (splits/decode_trace_d75f873_h100.md), its attention 9.1 instead of 7.5.
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
