@@ -714,6 +714,8 @@ __device__ __forceinline__ void et_fold_scales(const EtNoFold&) {}
 #define ET_ASYNC_ROUND_BYTES 65536  // 256 threads x 16 words x 16 bytes
 static_assert(ET_LINEAR_ASYNC == 0 || ET_LINEAR_ASYNC == 2 || ET_LINEAR_ASYNC == 3,
               "ET_LINEAR_ASYNC takes 0 (off), 2 or 3 rounds");
+// Whether the launch gave the one-row path its ring (ET_LINEAR_ASYNC rounds of dynamic shared
+// memory).
 __device__ __forceinline__ bool et_linear_ring() {
     return ET_LINEAR_ASYNC > 0 &&
            et_dynamic_smem_size() >= (unsigned)(ET_LINEAR_ASYNC * ET_ASYNC_ROUND_BYTES);
