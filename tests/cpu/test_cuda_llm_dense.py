@@ -736,7 +736,11 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
                                               "-DET_LINEAR_MMA_SPREAD=1"], 32),
                                             (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
                                               "-DET_LINEAR_MMA_RING=4",
-                                              "-DET_LINEAR_FOLDS=1"], 32)])
+                                              "-DET_LINEAR_FOLDS=1"], 32),
+                                            (["-DET_WEIGHTS_EVICT_FIRST=1", "-DET_LINEAR_MMA=8",
+                                              "-DET_LINEAR_CORE_ROWS=8", "-DET_LINEAR_MMA_RING=4",
+                                              "-DET_LINEAR_ASYNC=2", "-DET_LINEAR_EARLY=1"],
+                                             32)])
 def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     """Every body compiles for sm_90a (with the kernel's --use_fast_math) and no path
     spills registers; with weights loaded evict-first (an opt-in knob), at most 8 bytes in
@@ -747,7 +751,9 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     or on tensor cores) and the norm_linear_partial bodies may spill up to 32 bytes (those of
     float weights do; the decode kernel's, of bf16 weights, spill nothing here); with
     the tensor-core path, which they call too, those bodies up to 128 bytes, once a task, and
-    so may the linear_partial bodies where they call the folding passes (ET_LINEAR_FOLDS)."""
+    so may the linear_partial bodies where they call the folding passes (ET_LINEAR_FOLDS).
+    The same bounds hold with the decode session's knobs (the one-row linear's ring of 2
+    rounds and its early rounds among them)."""
     src = tmp_path / "dense.cu"
     src.write_text(INSTANCES)
     res = subprocess.run([NVCC, "-arch=sm_90a", "-std=c++17", "--use_fast_math", *defines,

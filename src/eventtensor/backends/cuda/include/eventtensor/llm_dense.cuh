@@ -1569,14 +1569,35 @@ __device__ __forceinline__ bool et_early_now() {
     return (ET_LINEAR_EARLY & 2) || et_linear_ring();
 }
 
+// The copies of a linear task's early part (below), all threads, for its weight tile w and
+// its EtLinear g (`mma`: its body takes the tensor-core path): where that path has the ring
+// of blocks (ET_LINEAR_MMA_RING; bit 2 of the knob), this thread's first
+// ET_LINEAR_MMA_RING - 1 blocks of weight words; where the body takes the one-row streaming
+// path with the ring of rounds (ET_LINEAR_ASYNC; bit 1), its first ET_LINEAR_ASYNC - 1
+// rounds; issued as that path would issue them and counted in et_async_early for the body to
+// skip. Not inlined: one copy for the early parts of every linear grid.
+template <typename W>
+__device__ __noinline__ void et_early_copies(const W* w, EtLinear g, bool mma) {
+    const unsigned long long policy = et_async_policy<ET_WEIGHTS_EVICT_FIRST>();
+    if constexpr ((ET_LINEAR_EARLY & 2) && ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_BUILT) {
+        if (mma) {
+            const EtMmaCopies copies = et_mma_copies(reinterpret_cast<const et_bf16*>(w), g, 0);
+            for (int n = 0; n < ET_LINEAR_MMA_RING - 1; ++n)
+                et_mma_copy_block(copies, g, n, policy);
+            et_async_early() = ET_LINEAR_MMA_RING - 1;
+        }
+    }
+    if constexpr ((ET_LINEAR_EARLY & 1) && ET_LINEAR_ASYNC > 0) {
+        if (g.rows != 1 || mma || !et_linear_ring()) return;
+        if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w, g, policy);
+        else et_async_first_rounds<4, 4>(w, g, policy);
+        et_async_early() = ET_LINEAR_ASYNC - 1;
+    }
+}
+
 // The early part of a linear_partial task (knob ET_LINEAR_EARLY, runtime.cuh), all threads,
-// before the task waits on its inputs: where its body will take the tensor-core path with
-// the ring of blocks (ET_LINEAR_MMA_RING; bit 2 of the knob), this thread's first
-// ET_LINEAR_MMA_RING - 1 blocks of weight words, or the one-row streaming path with the ring
-// of rounds (ET_LINEAR_ASYNC; bit 1), its first ET_LINEAR_ASYNC - 1 rounds, issued as that
-// path would issue them and counted in
-// et_async_early for the body to skip. Reads no input (x's pointer and shape only), so that
-// no wait guards it.
+// before the task waits on its inputs: et_early_copies where the body takes a path with a
+// ring. Reads no input (x's pointer and shape only), so that no wait guards it.
 template <typename X, typename W, typename O>
 __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
                                                         const EtTileT<W>& w,
@@ -1584,23 +1605,7 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
     if constexpr (ET_LINEAR_EARLY) {
         const EtLinear g = et_linear_of(x, w, out);
         if (!et_linear_words_ok(x, w, out, g) || et_linear_staged_ok(x.p, w.p, g)) return;
-        const unsigned long long policy = et_async_policy<ET_WEIGHTS_EVICT_FIRST>();
-        const bool mma = ET_LINEAR_MMA_BUILT && et_mma_ok(x.p, w.p, g);
-        if constexpr ((ET_LINEAR_EARLY & 2) && ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_BUILT) {
-            if (mma) {
-                const EtMmaCopies copies =
-                    et_mma_copies(reinterpret_cast<const et_bf16*>(w.p), g, 0);
-                for (int n = 0; n < ET_LINEAR_MMA_RING - 1; ++n)
-                    et_mma_copy_block(copies, g, n, policy);
-                et_async_early() = ET_LINEAR_MMA_RING - 1;
-            }
-        }
-        if constexpr ((ET_LINEAR_EARLY & 1) && ET_LINEAR_ASYNC > 0) {
-            if (g.rows != 1 || mma || !et_linear_ring()) return;
-            if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w.p, g, policy);
-            else et_async_first_rounds<4, 4>(w.p, g, policy);
-            et_async_early() = ET_LINEAR_ASYNC - 1;
-        }
+        et_early_copies(w.p, g, ET_LINEAR_MMA_BUILT && et_mma_ok(x.p, w.p, g));
     }
 }
 
