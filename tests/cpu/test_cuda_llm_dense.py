@@ -139,6 +139,20 @@ def norm_linear(n, k, c, T, cols=2048, wdt=B, x_lo=(0, 0), x_cols=3, mma=0):
                 data={"ss": lambda rng, shape: (0.5 + rng.random(shape)) * cols / T})
 
 
+def silu_linear(n, k, c, S, wdt=B, lo=(0, 0), mma=0, up_cols=4, **data):
+    """silu_linear_partial: gate and up partials [S, n, k] (S None: [n, k]) from lo of
+    tensors one row and 4 columns wider (up `up_cols` wider: with another than 4, another
+    layout than gate's), w [c, k], out [n, c]; `mma`: the case's ET_LINEAR_MMA."""
+    def part(extra):
+        shape, start, ext = (n + lo[0] + 1, k + lo[1] + extra), lo, (n, k)
+        if S is not None:
+            shape, start, ext = (S, *shape), (0, *start), (S, *ext)
+        return Tile(shape, start, ext)
+    return Case("silu_linear_partial", {"gate": part(4), "up": part(up_cols),
+                                        "w": Tile((c, k), (0, 0), (c, k), wdt)},
+                {"out": Tile((n, c), (0, 0), (n, c))}, mma=mma, data=data)
+
+
 def add_sumsq(n, cols, S, lo=(0, 0)):
     """residual_add_sumsq of rows [n, cols] (from lo) plus S partials: the out tile and the
     sums of squares ss [n, 1] at column 1 of a [n + 1, 3] tensor."""
@@ -278,6 +292,17 @@ CASES = [
         (16, 128, 64, 8, {}), (20, 320, 40, 4, {}), (64, 512, 32, 8, {}),
         (9, 128, 24, 2, {"x_lo": (2, 512)}), (40, 96, 264, 4, {}), (16, 1024, 40, 8, {}),
         (33, 2048, 24, 4, {"x_lo": (0, 2048), "cols": 4096}))),
+    # silu_linear_partial: the streaming path (one row over 2 and 4 partials, in one and in
+    # several steps, several passes; row blocks of 4 and 16, clipped, unaligned; float
+    # weights; one partial, no split axis; large gates), the per-cell path (up in another
+    # layout), the tensor-core path (1, 2 and 4 row tiles of 16, clipped, unaligned rows)
+    silu_linear(1, 1024, 64, 2), silu_linear(1, 128, 256, 4), silu_linear(3, 512, 40, 2,
+                                                                         lo=(1, 8)),
+    silu_linear(17, 128, 16, 2), silu_linear(2, 256, 40, 2, wdt=F), silu_linear(2, 64, 8, None),
+    silu_linear(1, 256, 32, 2, gate=silu_big), silu_linear(3, 40, 24, 2, up_cols=6),
+    *(silu_linear(n, k, c, S, mma=8, **kw) for n, k, c, S, kw in (
+        (16, 128, 64, 2, {}), (40, 256, 24, 4, {}), (9, 96, 40, 2, {"lo": (2, 0)}),
+        (64, 512, 32, 2, {}))),
     # residual_add_sumsq: one row over the CTA, a tile of 256 columns, 8 and 17 rows (the
     # squares kept in the scratch), unaligned and more units than the scratch holds (out read
     # back)
@@ -403,6 +428,9 @@ def expectations(case: Case, vals: dict):
         scale = {r: np.abs(ref[r]) + np.abs(mag[r]) for r in ref}
     elif case.kind == "silu_mul":
         scale = {"out": silu_scale(tiles["gate"], tiles["up"], case.outs["out"].n)}
+    elif case.kind == "silu_linear_partial":  # silu_scale (|silu(g) u| among it) through |w|
+        act = silu_scale(tiles["gate"], tiles["up"], case.ins["gate"].n[-2:])
+        scale = {"out": act @ np.abs(tiles["w"].astype(np.float64)).T}
     out = {}
     for role, t in case.outs.items():
         full = np.full(t.shape, SENTINEL, np.int32 if t.dtype == INT else np.float32)
@@ -574,7 +602,8 @@ def test_mma_ring_matches_reference(mma_ring_results, i):
 
 
 # the CUDA-core linear paths with ET_LINEAR_CORE_ROWS 2: more rows in blocks of 2 and 1
-CORE_CASES = [c for c in CASES if c.kind in ("linear_partial", "norm_linear_partial")
+CORE_CASES = [c for c in CASES if c.kind in ("linear_partial", "norm_linear_partial",
+                                             "silu_linear_partial")
               and not c.mma and not c.staged]
 
 
@@ -702,7 +731,9 @@ INSTANCES = r"""
     ET_BODY(norm_linear_##W, et_body_norm_linear_partial(local(x), local(s), local(a),           \
             local(a), local(o), 1e-6f, 2048), EtTile x, EtTile s, EtTileT<W> a, EtTile o)       \
     ET_BODY(add_sumsq_##W, et_body_residual_add_sumsq(local(a), local(x), local(o),             \
-            local(s)), EtTileT<W> a, EtTile x, EtTile o, EtTile s)
+            local(s)), EtTileT<W> a, EtTile x, EtTile o, EtTile s)                              \
+    ET_BODY(silu_linear_##W, et_body_silu_linear_partial(local(x), local(x), local(a),          \
+            local(o)), EtTile x, EtTileT<W> a, EtTile o)
 ET_TYPES(et_bf16)
 ET_TYPES(float)
 ET_BODY(argmax_tile, et_body_argmax_partial(local(x), local(o), local(i), 256, 1), EtTile x,
@@ -747,7 +778,7 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     the one-row, 8-rows-per-thread pass; with the tensor-core path (ET_LINEAR_MMA, and the
     CUDA-core path up to 8 rows a pass as the decode kernel has it), whose functions spill
     nothing, at most 32 bytes once a task in the body that calls them (the registers it
-    keeps across the call). The passes that fold an RMSNorm into x (EtNormFold, streaming
+    keeps across the call). The passes that fold an RMSNorm into x (EtFold, streaming
     or on tensor cores) and the norm_linear_partial bodies may spill up to 32 bytes (those of
     float weights do; the decode kernel's, of bf16 weights, spill nothing here); with
     the tensor-core path, which they call too, those bodies up to 128 bytes, once a task, and
@@ -761,8 +792,8 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
                           "--resource-usage"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     found = spills_by_function(res.stderr)
-    # et_linear_words<NB, R, KW, EtNormFold<..>, ..>, et_linear_mma<MT, EtNormFold<..>, ..>
-    scaled = r"et_linear_(?:words|mma)I.*EtNormFold"
+    # et_linear_words<NB, R, KW, EtFold<..>, ..>, et_linear_mma<MT, EtFold<..>, ..>
+    scaled = r"et_linear_(?:words|mma)I.*EtFold"
     # with ET_LINEAR_FOLDS the linear_partial bodies call the folding passes too
     calls = r"norm_linear" + (r"|^_Z\d+linear_" if "-DET_LINEAR_FOLDS=1" in defines else "")
     folded = {n: v for n, v in found.items() if re.search(calls, n) or re.search(scaled, n)}

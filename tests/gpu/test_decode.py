@@ -56,11 +56,15 @@ RING_TILES = "k_split=1,mlp_split=1,proj_tile=16,n_tile=16,down_tile=16,ffn_tile
 
 
 @pytest.mark.parametrize("name, norm", [("tiny-llama", "fuse_norm"), ("tiny-qwen3", "fuse_norm"),
-                                        ("tiny-llama", "fold_norm"), ("tiny-qwen3", "fold_norm")])
+                                        ("tiny-llama", "fold_norm"), ("tiny-qwen3", "fold_norm"),
+                                        ("tiny-llama", "fold_silu"),
+                                        ("tiny-qwen3", "fold_norm=1,fold_silu")])
 def test_tiny_fused_or_folded_norms_match_reference(name, norm):
     """Residual adds that also compute the norm after them (fuse_norm), or the sums of
     squares of their rows for the projections after them to apply the norm (fold_norm, with
-    residual tiles of 32 columns: several sums per row)."""
+    residual tiles of 32 columns: several sums per row); the down projections applying the
+    SiLU-and-multiply to the gate and up partials (fold_silu), alone and with folded
+    norms."""
     from eventtensor.models.decode import tiles_with
     from eventtensor.models.gpu_decode import gpu_tiles
     _tiny_steps_match_reference(name, 8, 2, tiles=tiles_with(gpu_tiles(get_config(name), 4),

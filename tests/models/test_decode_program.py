@@ -462,6 +462,30 @@ def test_folded_norms_match_reference(mode):
     _steps_close(cfg, random_weights(cfg, seed=9), FOLDED_TILES, mode, ["a", "b", "c"], 6)
 
 
+# the SiLU-and-multiply folded into the down projection, with the norms folded too
+FOLDED_SILU_TILES = replace(TILES, fold_silu=1)
+
+
+def test_folded_silu_leaves_no_silu_grid():
+    """With fold_silu the down projection's chunks read the gate and up partials of their
+    K-slice and apply the SiLU-and-multiply themselves: no silu_mul grid, and a down chunk
+    waits on the gate and up tiles of its K-slice (both split-K partials), nothing else."""
+    cfg = CONFIGS["tiny-llama"]
+    deps = _dependencies(cfg, FOLDED_SILU_TILES, 3)
+    kinds = [g.kind for g in deps.program.grids]
+    assert "silu_mul" not in kinds and kinds.count("silu_linear_partial") == cfg.num_layers
+    assert deps("l0_down_proj(1, 0, 1)") == {f"l0_{proj}_proj(1, 1, {s})"
+                                             for proj in ("gate", "up") for s in (0, 1)}
+
+
+@pytest.mark.parametrize("name, tiles", [("tiny-llama", FOLDED_SILU_TILES),
+                                         ("tiny-qwen3", replace(FOLDED_TILES, fold_silu=1))])
+@pytest.mark.parametrize("mode", ["static", "dynamic"])
+def test_folded_silu_matches_reference(name, tiles, mode):
+    cfg = CONFIGS[name]
+    _steps_close(cfg, random_weights(cfg, seed=10), tiles, mode, ["a", "b", "c"], 6)
+
+
 # one KV chunk of the whole context: no merge grid
 ONE_CHUNK_TILES = replace(TILES, kv_chunk=MAX_CONTEXT)
 

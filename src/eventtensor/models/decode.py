@@ -50,7 +50,10 @@ Per layer l, tiles and events (events come from the tile regions unless named he
   o_proj (mb, E/tile, So) by default split s = KV group s: waits only on its heads' merges
   attn_residual (ma, E/RT) x + sum of o partials; mlp_norm (mn)
   gate/up_proj (mb, F/tile, Sm), silu_mul (mb, F/stile), down_proj (mb, E/dtile, Sd): a down
-  chunk waits on the SiLU tiles it reads; mlp_residual (ma, E/RT) -> next layer's x rows
+  chunk waits on the SiLU tiles it reads (with `fold_silu` the silu grid goes: a down chunk
+  reads the gate and up partials of its K-slice and applies the SiLU-and-multiply itself,
+  silu_linear_partial, waiting on the gate and up tiles it reads); mlp_residual (ma, E/RT)
+  -> next layer's x rows
   (with `fuse_norm`, each residual add (mn) also writes the norm after it, the next layer's
   attn_norm or mlp_norm, so those grids go: one stage fewer before each projection; with
   `fold_norm`, each residual tile also writes the sums of squares of its rows, x_ss [B, E/RT],
@@ -121,6 +124,7 @@ class DecodeTiles:
     residual_rows: int | None = None  # rows of a residual tile; None: norm_rows
     fuse_norm: int = 0             # 1: each residual add also computes the RMSNorm after it
     fold_norm: int = 0             # 1: the projections after a residual add apply its norm
+    fold_silu: int = 0             # 1: the down projection applies the SiLU-and-multiply
 
 
 def tiles_with(base: DecodeTiles, text: str) -> DecodeTiles:
@@ -211,16 +215,24 @@ class _Decode:
     def w(self, layer: int, name: str) -> str:
         return tensor_name(f"model.layers.{layer}.{name}.weight")
 
-    def linear(self, name: str, x: str, w: str, out: str, n_cols: int, tile: int,
-               total: int, split: int, chunk: int, norm: tuple[str, str] | None = None,
-               wait: dict[str, str] | None = None) -> None:
+    def linear(self, name: str, x: str | tuple[str, str], w: str, out: str, n_cols: int,
+               tile: int, total: int, split: int, chunk: int,
+               norm: tuple[str, str] | None = None, wait: dict[str, str] | None = None) -> None:
         """Split-K GEMV grid (mb, column tiles, split) of out[s, rows, cols] = x @ W^T; with
         `norm` (the sums of squares of x's residual tiles, the norm weight), of the RMSNorm
-        of x (norm_linear_partial). `wait`: events it waits on (event -> map text) besides
-        those derived from its reads."""
+        of x (norm_linear_partial); with x a pair (the gate and up partials), of their
+        SiLU-and-multiply (silu_linear_partial). `wait`: events it waits on (event -> map
+        text) besides those derived from its reads."""
         pb, rows = self.pb, self.rows
         cols, ks = _span("n", tile, total), f"{chunk}*s:{chunk}*s + {chunk}"
         pb.temp(out, (split, self.B, total))
+        if isinstance(x, tuple):
+            gate, up = x
+            pb.grid(name, "silu_linear_partial", "mns", (self.mb, n_cols, split),
+                    reads={gate: f":, {rows}, {ks}", up: f":, {rows}, {ks}", w: f"{cols}, {ks}"},
+                    writes={out: f"s, {rows}, {cols}"},
+                    params={"gate": gate, "up": up, "w": w}, wait=wait)
+            return
         reads = {x: f"{rows}, {ks}", w: f"{cols}, {ks}"}
         params: dict[str, object] = {"x": x, "w": w}
         kind = "linear_partial"
@@ -406,15 +418,19 @@ class _Decode:
             self.linear(p + f"{proj}_proj", h2, self.w(i, f"mlp.{proj}_proj"),
                         p + f"{proj}_part", n_f, t.ffn_tile, F, self.mlp_split, self.ms,
                         norm=fold)
-        silu = t.silu_tile or t.ffn_tile
-        cols = _span("n", silu, F)
-        pb.temp(p + "act", (self.B, F))
-        pb.grid(p + "silu_mul", "silu_mul", "mn", (self.mb, -(-F // silu)),
-                reads={p + "gate_part": f":, {rows}, {cols}", p + "up_part": f":, {rows}, {cols}"},
-                writes={p + "act": f"{rows}, {cols}"},
-                params={"gate": p + "gate_part", "up": p + "up_part"})
+        act: str | tuple[str, str] = (p + "gate_part", p + "up_part")
+        if not t.fold_silu:
+            silu = t.silu_tile or t.ffn_tile
+            cols = _span("n", silu, F)
+            act = p + "act"
+            pb.temp(act, (self.B, F))
+            pb.grid(p + "silu_mul", "silu_mul", "mn", (self.mb, -(-F // silu)),
+                    reads={p + "gate_part": f":, {rows}, {cols}",
+                           p + "up_part": f":, {rows}, {cols}"},
+                    writes={act: f"{rows}, {cols}"},
+                    params={"gate": p + "gate_part", "up": p + "up_part"})
         down = t.down_tile or t.n_tile
-        self.linear(p + "down_proj", p + "act", self.w(i, "mlp.down_proj"), p + "down_part",
+        self.linear(p + "down_proj", act, self.w(i, "mlp.down_proj"), p + "down_part",
                     -(-E // down), down, E, F // self.fs, self.fs)
         last = i + 1 == cfg.num_layers
         norm = (tensor_name("model.norm.weight"), "h_final") if last else \

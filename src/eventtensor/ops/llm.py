@@ -123,6 +123,23 @@ def norm_linear_partial(ctx: TaskContext) -> Out:
     return {out: _put(ctx, out, h @ w.reshape(-1, w.shape[-1]).T)}
 
 
+def _silu_linear_flops(reads, writes, params) -> int:
+    parts, rows, k = (1, *reads[params["gate"]])[-3:]
+    return 2 * rows * k * (reads[params["w"]][0] + 2 * parts + 3)
+
+
+@task_kind("silu_linear_partial", _silu_linear_flops)
+def silu_linear_partial(ctx: TaskContext) -> Out:
+    """linear_partial of SiLU-and-multiplied rows that were never stored: silu(gate) * up of
+    the gate and up partials [S, n, k] summed (params gate, up; `silu_mul`), times the
+    weight tile [c, k] (params w)."""
+    out = _single_out(ctx)
+    g, u, w = _partials(ctx, "gate"), _partials(ctx, "up"), _role(ctx, "w")
+    with np.errstate(over="ignore"):
+        act = g / (1.0 + np.exp(-g)) * u
+    return {out: _put(ctx, out, act.reshape(-1, w.shape[-1]) @ w.reshape(-1, w.shape[-1]).T)}
+
+
 def _rope_flops(reads, writes, params) -> int:
     return 12 * sum(_size(writes[params[r]]) for r in ("q_out", "k_out"))
 

@@ -544,12 +544,15 @@ __device__ __forceinline__ void et_body_residual_rms_norm(const EtTileT<X>& x,
     et_body_rms_norm(out, w, h, eps);
 }
 
-// silu_mul: out [n, c] = silu(g) * u of the gate and up partials [S, n, c] summed, silu(g) =
-// g / (1 + exp(-g)): exp overflows to inf for g < -88, giving -0, never NaN.
+// silu(g) * u, silu(g) = g / (1 + exp(-g)): exp overflows to inf for g < -88, giving -0,
+// never NaN.
+__device__ __forceinline__ float et_silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+// silu_mul: out [n, c] = et_silu_mul of the gate and up partials [S, n, c] summed.
 template <typename G, typename U, typename O>
 __device__ __forceinline__ void et_body_silu_mul(const EtTileT<G>& gate, const EtTileT<U>& up,
                                                  const EtTileT<O>& out) {
-    et_map_partials(gate, up, out, [](float g, float u) { return g / (1.f + expf(-g)) * u; });
+    et_map_partials(gate, up, out, [](float g, float u) { return et_silu_mul(g, u); });
 }
 
 // ------------------------------------------------------------------ argmax
@@ -630,8 +633,11 @@ struct EtSame<A, A> {
 #define ET_NORM_ROWS 64
 __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 
-// What the streaming and tensor-core passes do to x as they stage it: nothing (EtNoFold), or
-// scale it by an RMSNorm folded in (EtNormFold with ss set, norm_linear_partial): row r by
+// What the streaming and tensor-core passes do to x as they stage it: nothing (EtNoFold);
+// with an EtFold whose `up` is set (silu_linear_partial), x holds the gate partials and each
+// value the passes take is silu of the gate partials summed times the up partials summed
+// (et_fold_x, et_fold_x4: the SiLU-and-multiply folded in); with an EtFold whose ss is set,
+// scale it by an RMSNorm folded in (norm_linear_partial): row r by
 // 1 / sqrt(sum over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass
 // given rows > 0 writes the row scales (et_fold_scales) once its first weight loads are
 // issued, so that the sums' loads travel with them instead of before them (and, in the
@@ -639,20 +645,22 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 // too: one memory latency before the first step, not two); the later row blocks of the same
 // tile get rows = 0 and reuse them. The column scales load with x (the
 // streaming pass element by element, the tensor-core pass a chunk's through the scratch),
-// so that a K-slice of any length folds. A zero EtNormFold (ss null)
-// scales nothing: where a kernel has both kinds (ET_LINEAR_FOLDS, set by codegen when the
-// program has norm_linear_partial tasks), linear_partial takes it too, so that the passes are
-// compiled once, not once per kind.
+// so that a K-slice of any length folds. A zero EtFold (ss and up null) changes nothing:
+// where a kernel has linear_partial tasks and folding ones (ET_LINEAR_FOLDS, set by codegen
+// when the program has norm_linear_partial or silu_linear_partial tasks), linear_partial
+// takes it too, so that the passes are compiled once, not once per kind.
 #ifndef ET_LINEAR_FOLDS
 #define ET_LINEAR_FOLDS 0
 #endif
 struct EtNoFold {};
 template <typename N>
-struct EtNormFold {
-    const float* ss;  // row r's sums at ss[r * ss_r + j]
+struct EtFold {
+    const float* ss;  // row r's sums at ss[r * ss_r + j] (null: no norm)
     const N* nw;      // column t's weight at nw[t]
     int ss_r, T, rows, cols;
     float eps;
+    const float* up;  // the up partials, x's layout (null: x taken as it is)
+    int parts, part_s;  // partial p of x and up at p * part_s
 };
 template <typename F>
 constexpr bool et_folds = !EtSame<F, EtNoFold>::value;
@@ -663,11 +671,11 @@ constexpr bool et_folds = !EtSame<F, EtNoFold>::value;
 // round i0 .. i0 + blockDim.x, uniform: shuffles) sums each group's and writes its row's
 // scale to et_norm_scales (the caller's barrier makes them visible).
 template <typename N>
-__device__ __forceinline__ int et_fold_lanes_log2(const EtNormFold<N>& f) {
+__device__ __forceinline__ int et_fold_lanes_log2(const EtFold<N>& f) {
     return et_log2_ceil(f.T < 32 ? f.T : 32);
 }
 template <typename N>
-__device__ __forceinline__ float et_fold_part(const EtNormFold<N>& f, int i) {
+__device__ __forceinline__ float et_fold_part(const EtFold<N>& f, int i) {
     const int lg = et_fold_lanes_log2(f), r = i >> lg, j = i & ((1 << lg) - 1);
     if (r >= f.rows) return 0.f;
     float v = j < f.T ? f.ss[r * f.ss_r + j] : 0.f;
@@ -675,17 +683,51 @@ __device__ __forceinline__ float et_fold_part(const EtNormFold<N>& f, int i) {
     return v;
 }
 template <typename N>
-__device__ __forceinline__ void et_fold_put(const EtNormFold<N>& f, int i, float v) {
+__device__ __forceinline__ void et_fold_put(const EtFold<N>& f, int i, float v) {
     const int lg = et_fold_lanes_log2(f), TP = 1 << lg;
     v = et_group_sum(v, TP);
     if (i < f.rows << lg && (i & (TP - 1)) == 0)
         et_norm_scales()[i >> lg] = rsqrtf(v / (float)f.cols + f.eps);
 }
 
+// The value the passes take for x's element at offset off: x[off], or with a SiLU fold
+// (f.up set) et_silu_mul of the gate partials (x) and the up partials summed there.
+template <typename X>
+__device__ __forceinline__ float et_fold_x(const X* x, long long off, const EtNoFold&) {
+    return et_to_float(x[off]);
+}
+template <typename X, typename N>
+__device__ __forceinline__ float et_fold_x(const X* x, long long off, const EtFold<N>& f) {
+    if (!f.up) return et_to_float(x[off]);
+    float g = 0.f, u = 0.f;
+#pragma unroll 2
+    for (int p = 0; p < f.parts; ++p) {
+        g += et_to_float(x[off + (long long)p * f.part_s]);
+        u += f.up[off + (long long)p * f.part_s];
+    }
+    return et_silu_mul(g, u);
+}
+// The same for the four floats of x from offset off (16-byte aligned).
+__device__ __forceinline__ float4 et_fold_x4(const float* x, int off, const EtNoFold&) {
+    return et_load4(x + off);
+}
+template <typename N>
+__device__ __forceinline__ float4 et_fold_x4(const float* x, int off, const EtFold<N>& f) {
+    if (!f.up) return et_load4(x + off);
+    float4 g = {0.f, 0.f, 0.f, 0.f}, u = g;
+#pragma unroll 2
+    for (int p = 0; p < f.parts; ++p) {
+        g = et_add4(g, et_load4(x + off + p * f.part_s));
+        u = et_add4(u, et_load4(f.up + off + p * f.part_s));
+    }
+    return {et_silu_mul(g.x, u.x), et_silu_mul(g.y, u.y), et_silu_mul(g.z, u.z),
+            et_silu_mul(g.w, u.w)};
+}
+
 // All threads: fold f's row scales (its `rows` rows) into et_norm_scales, a round of the
 // CTA's threads at a time (the caller's barrier makes them visible).
 template <typename N>
-__device__ __forceinline__ void et_fold_scales(const EtNormFold<N>& f) {
+__device__ __forceinline__ void et_fold_scales(const EtFold<N>& f) {
     const int n = f.rows << et_fold_lanes_log2(f);
 #pragma unroll 1
     for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles)
@@ -809,7 +851,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         for (int i = 0; i < XT; ++i) {
             const int f = (int)threadIdx.x + 256 * i, r = f / (CHUNK * V);
             const int t = chunk * CHUNK * V + f - r * (CHUNK * V);
-            xv[i] = f < XE && r < g.rows && t < g.k ? et_to_float(x[r * g.xr + t * g.xk]) : 0.f;
+            xv[i] = f < XE && r < g.rows && t < g.k ? et_fold_x(x, r * g.xr + t * g.xk, fold) : 0.f;
             if constexpr (et_folds<F>)
                 if (fold.ss && f < XE && r < g.rows && t < g.k)
                     xv[i] *= (rows_scaled ? et_norm_scales()[g.r0 + r] : 1.f) *
@@ -1134,8 +1176,9 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         for (int i = 0; i < PER; ++i) {
             int r, k0;
             frag_at(i, c, r, k0);
-            xa[i][0] = r < g.rows && k0 < g.k ? et_load4(x + r * g.xr + k0) : zero;
-            xa[i][1] = r + 8 < g.rows && k0 < g.k ? et_load4(x + (r + 8) * g.xr + k0) : zero;
+            xa[i][0] = r < g.rows && k0 < g.k ? et_fold_x4(x, r * g.xr + k0, fold) : zero;
+            xa[i][1] = r + 8 < g.rows && k0 < g.k ? et_fold_x4(x, (r + 8) * g.xr + k0, fold)
+                                                  : zero;
         }
         if constexpr (et_folds<F>) {
             const int t = 32 * KB * c + (int)threadIdx.x;
@@ -1337,7 +1380,10 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
     const int rows = g.rows;
     auto block_fold = [&](int r0) {  // (no fold: EtNoFold)
         F f = fold;
-        if constexpr (et_folds<F>) f.rows = r0 == 0 ? fold.rows : 0;
+        if constexpr (et_folds<F>) {
+            f.rows = r0 == 0 ? fold.rows : 0;
+            if (f.up) f.up += r0 * g.xr;
+        }
         return f;
     };
     if constexpr (ET_LINEAR_MMA_BUILT)
@@ -1473,22 +1519,26 @@ __device__ __noinline__ void et_linear_staged(const X* x, const W* w, O* out, Et
     }
 }
 
-// One thread per cell of out [n, c] (any tiles): out[r, j] = row(r) * the sum over t < k of
-// x[r, t] * col(t) * w[j, t].
-template <typename X, typename W, typename O, typename R, typename C>
-__device__ __forceinline__ void et_linear_cells(const EtTileT<X>& x, const EtTileT<W>& w,
-                                                const EtTileT<O>& out, R row, C col) {
-    const int rows = (int)x.n[0], cols = (int)w.n[0], k = (int)x.n[1];
+// One thread per cell of out [rows, c] (any tiles, w [c, k]): out[r, j] = row(r) * the sum
+// over t < k of xv(r, t) * w[j, t].
+template <typename W, typename O, typename XV, typename R>
+__device__ __forceinline__ void et_linear_cells(int rows, int k, const EtTileT<W>& w,
+                                                const EtTileT<O>& out, XV xv, R row) {
+    const int cols = (int)w.n[0];
 #pragma unroll 1
     for (int e = (int)threadIdx.x; e < rows * cols; e += (int)blockDim.x) {
         const int r = e / cols, j = e - r * cols;
         float acc = 0.f;
 #pragma unroll 1
         for (int t = 0; t < k; ++t)
-            acc += et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, t)]) * col(t) *
-                   et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, t)]);
+            acc += xv(r, t) * et_to_float(w.p[et_off(w, 0, j) + et_off(w, 1, t)]);
         out.p[et_lrc_off(out, 0, r, j)] = et_from_float<O>(acc * row(r));
     }
+}
+// x[r, t] of a tile x [n, k].
+template <typename X>
+__device__ __forceinline__ float et_x_at(const EtTileT<X>& x, int r, int t) {
+    return et_to_float(x.p[et_off(x, 0, r) + et_off(x, 1, t)]);
 }
 
 // linear_partial for tiles that the streaming and staged paths do not take: et_dot2 (a lane
@@ -1501,7 +1551,8 @@ __device__ __noinline__ void et_linear_rest(const EtTileT<X> x, const EtTileT<W>
         const EtDot2 d = {g.rows, g.cols, g.k, g.xr, 0, g.xk, 0, g.wr, (int)w.s[1], g.dr, g.dc};
         return et_dot2<1>(x.p, w.p, out.p, d);
     }
-    et_linear_cells(x, w, out, [](int) { return 1.f; }, [](int) { return 1.f; });
+    et_linear_cells((int)x.n[0], (int)x.n[1], w, out,
+                    [&](int r, int t) { return et_x_at(x, r, t); }, [](int) { return 1.f; });
 }
 
 // Whether x, w and out are plain tiles of a linear_partial's layout (x [n, k], w [c, k], out
@@ -1554,7 +1605,7 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
             return g.rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
                                : et_linear_staged<2>(x.p, w.p, out.p, g);
         if constexpr (ET_LINEAR_FOLDS)  // (the folding passes, scaling nothing)
-            return et_linear_blocks(x.p, w.p, out.p, g, EtNormFold<W>{});
+            return et_linear_blocks(x.p, w.p, out.p, g, EtFold<W>{});
         else
             return et_linear_blocks(x.p, w.p, out.p, g);
     }
@@ -1612,7 +1663,7 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
 // norm_linear_partial: linear_partial of x [n, k] scaled per row by 1 / sqrt(sum(ss[r, :]) /
 // cols + eps) (ss [n, T]: the sums of squares of the row's T residual tiles) and per column
 // by the norm weight nw [k]: the RMSNorm of the rows, whose K-slice x is, folded into the
-// projection after it. The streaming and tensor-core paths take it as an EtNormFold: they
+// projection after it. The streaming and tensor-core paths take it as an EtFold: they
 // write the row scales to et_norm_scales once their first weight loads are issued, load the
 // norm weight with x and apply both as they stage x; tiles they do not take (unaligned, more
 // rows than ET_NORM_ROWS, sums not float or rows of sums and weight not contiguous) go one
@@ -1637,8 +1688,52 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
         if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS && ss.rank == 2 &&
             !ss.idx[0] && !ss.idx[1] && ss.s[1] == 1 && nw.rank == 1 && !nw.idx[0] &&
             nw.s[0] == 1) {
-            const EtNormFold<N> fold{ss.p, nw.p, (int)ss.s[0], T, rows, cols, eps};
+            const EtFold<N> fold{ss.p, nw.p, (int)ss.s[0], T, rows, cols, eps};
             return et_linear_blocks(x.p, w.p, out.p, g, fold);
         }
-    et_linear_cells(x, w, out, row_scale, col_scale);
+    et_linear_cells(rows, (int)x.n[1], w, out,
+                    [&](int r, int t) { return et_x_at(x, r, t) * col_scale(t); }, row_scale);
+}
+
+// Tile t [S, n, k] (or [n, k]) seen as its first partial [n, k] (the same pointer, the last
+// two dimensions' extents, strides and index vectors).
+template <typename T>
+__device__ __forceinline__ EtTileT<T> et_first_part(const EtTileT<T>& t) {
+    if (t.rank != 3) return t;
+    EtTileT<T> v = t;
+    v.rank = 2;
+#pragma unroll
+    for (int d = 0; d < 2; ++d) v.n[d] = t.n[d + 1], v.s[d] = t.s[d + 1], v.idx[d] = t.idx[d + 1];
+    return v;
+}
+
+// silu_linear_partial: linear_partial of silu(g) * u for the gate and up partials g, u [S, n,
+// k] (or [n, k]) summed: the SiLU-and-multiply, never stored, folded into the projection
+// after it (w [c, k], out [.., n, c]). Float partials of one layout, plain, whose first
+// partial the streaming and tensor-core paths take as x, take them with an EtFold of the up
+// partials (each x value they stage: et_fold_x); any other tiles go one thread per cell.
+template <typename G, typename U, typename W, typename O>
+__device__ __forceinline__ void et_body_silu_linear_partial(const EtTileT<G>& gate,
+                                                            const EtTileT<U>& up,
+                                                            const EtTileT<W>& w,
+                                                            const EtTileT<O>& out) {
+    const EtTileT<G> x = et_first_part(gate);
+    const int parts = gate.rank == 3 ? (int)gate.n[0] : 1;
+    const EtLinear g = et_linear_of(x, w, out);
+    if constexpr (EtSame<G, float>::value && EtSame<U, float>::value) {
+        bool same = gate.rank == up.rank && et_plain(gate) && et_plain(up);
+        for (int d = 0; d < gate.rank; ++d) same &= gate.n[d] == up.n[d] && gate.s[d] == up.s[d];
+        if (same && et_linear_words_ok(x, w, out, g)) {
+            EtFold<W> fold{};
+            fold.up = up.p;
+            fold.parts = parts;
+            fold.part_s = parts > 1 ? (int)gate.s[0] : 0;
+            return et_linear_blocks(x.p, w.p, out.p, g, fold);
+        }
+    }
+    et_linear_cells(
+        (int)x.n[0], (int)x.n[1], w, out,
+        [&](int r, int t) { return et_silu_mul(et_lead_sum(gate, parts, r, t),
+                                               et_lead_sum(up, parts, r, t)); },
+        [](int) { return 1.f; });
 }
