@@ -109,12 +109,10 @@ def test_decode_kernel_with_fused_norms_compiles():
 
 def test_decode_kernel_with_folded_silu_compiles():
     """With fold_silu the down projections apply the SiLU-and-multiply to the gate and up
-    partials (silu_linear_partial), through the folding passes (ET_LINEAR_FOLDS), which the
-    plain projections take too; no silu_mul case is left; the kernel compiles."""
+    partials (silu_linear_partial); no silu_mul case is left; the kernel compiles."""
     _, p = decode_program("tiny-llama", layers=2, tiles="fold_silu=1")
     src = generate(p, "static")
     assert "et_body_silu_linear_partial(" in src and "et_body_silu_mul(" not in src
-    assert "#define ET_LINEAR_FOLDS 1\n" in src
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 

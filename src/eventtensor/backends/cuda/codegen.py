@@ -30,10 +30,6 @@ KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_POLL_BATCH", "ET_S
          "ET_PREFETCH_OWN", "ET_PREFETCH_BULK", "ET_LINEAR_MMA", "ET_LINEAR_MMA_LO",
          "ET_LINEAR_MMA_SPREAD", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY",
          "ET_LINEAR_MMA_RING", "ET_ATTN_STREAM")
-# task kinds whose bodies call the linear passes with an EtFold (llm_dense.cuh): where a
-# program has one, linear_partial calls them with an empty one (ET_LINEAR_FOLDS), so that
-# the passes are compiled once
-FOLD_KINDS = ("norm_linear_partial", "silu_linear_partial")
 # task kinds with an early part, run before their waits where ET_LINEAR_EARLY is set
 # (llm_dense.cuh et_early_<kind>, the body's arguments)
 EARLY_KINDS = ("linear_partial",)
@@ -362,7 +358,7 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
            *(f"#define {name} {value}" for name, value in sorted(knobs.items())),
            *_attention_groups(p),
            *(["#define ET_LINEAR_FOLDS 1"]
-             if any(grid.kind in FOLD_KINDS for grid in p.grids) else []),
+             if any(grid.kind == "norm_linear_partial" for grid in p.grids) else []),
            '#include "eventtensor/runtime.cuh"',
            '#include "eventtensor/dynamic.cuh"',
            '#include "eventtensor/bodies.cuh"',

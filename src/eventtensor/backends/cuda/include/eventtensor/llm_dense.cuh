@@ -634,10 +634,11 @@ struct EtSame<A, A> {
 __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 
 // What the streaming and tensor-core passes do to x as they stage it: nothing (EtNoFold);
-// with an EtFold whose `up` is set (silu_linear_partial), x holds the gate partials and each
-// value the passes take is silu of the gate partials summed times the up partials summed
-// (et_fold_x, et_fold_x4: the SiLU-and-multiply folded in); with an EtFold whose ss is set,
-// scale it by an RMSNorm folded in (norm_linear_partial): row r by
+// with an EtSiluFold (silu_linear_partial), x holds the gate partials and each value the
+// passes take is silu of the gate partials summed times the up partials summed (et_fold_x,
+// et_fold_x4: the SiLU-and-multiply folded in; a type of its own, so that the other passes
+// keep their registers); with an EtFold whose ss is set, scale it by an RMSNorm folded in
+// (norm_linear_partial): row r by
 // 1 / sqrt(sum over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass
 // given rows > 0 writes the row scales (et_fold_scales) once its first weight loads are
 // issued, so that the sums' loads travel with them instead of before them (and, in the
@@ -645,10 +646,10 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 // too: one memory latency before the first step, not two); the later row blocks of the same
 // tile get rows = 0 and reuse them. The column scales load with x (the
 // streaming pass element by element, the tensor-core pass a chunk's through the scratch),
-// so that a K-slice of any length folds. A zero EtFold (ss and up null) changes nothing:
-// where a kernel has linear_partial tasks and folding ones (ET_LINEAR_FOLDS, set by codegen
-// when the program has norm_linear_partial or silu_linear_partial tasks), linear_partial
-// takes it too, so that the passes are compiled once, not once per kind.
+// so that a K-slice of any length folds. A zero EtFold (ss null) scales nothing: where a
+// kernel has both kinds (ET_LINEAR_FOLDS, set by codegen when the program has
+// norm_linear_partial tasks), linear_partial takes it too, so that the passes are compiled
+// once, not once per kind.
 #ifndef ET_LINEAR_FOLDS
 #define ET_LINEAR_FOLDS 0
 #endif
@@ -659,11 +660,16 @@ struct EtFold {
     const N* nw;      // column t's weight at nw[t]
     int ss_r, T, rows, cols;
     float eps;
-    const float* up;  // the up partials, x's layout (null: x taken as it is)
-    int parts, part_s;  // partial p of x and up at p * part_s
 };
+struct EtSiluFold {
+    unsigned long long up;  // the up partials (x's layout) this many bytes past x
+    int parts, part_s;      // partial p of x and up at p * part_s
+};
+// Whether F folds an RMSNorm (EtFold).
 template <typename F>
-constexpr bool et_folds = !EtSame<F, EtNoFold>::value;
+constexpr bool et_folds = false;
+template <typename N>
+constexpr bool et_folds<EtFold<N>> = true;
 
 // Fold f's row sums, a group of TP <= 32 lanes a row (TP the power of two from T up to 32),
 // lane j summing the row's sums j, j + TP, ... (one load where T <= 32): et_fold_part loads
@@ -690,35 +696,32 @@ __device__ __forceinline__ void et_fold_put(const EtFold<N>& f, int i, float v) 
         et_norm_scales()[i >> lg] = rsqrtf(v / (float)f.cols + f.eps);
 }
 
-// The value the passes take for x's element at offset off: x[off], or with a SiLU fold
-// (f.up set) et_silu_mul of the gate partials (x) and the up partials summed there.
-template <typename X>
-__device__ __forceinline__ float et_fold_x(const X* x, long long off, const EtNoFold&) {
-    return et_to_float(x[off]);
+// The up partial at the same place as x's element p (a SiLU fold's `up` bytes past it).
+template <typename T>
+__device__ __forceinline__ const float* et_fold_up(const T* p, unsigned long long up) {
+    return reinterpret_cast<const float*>(reinterpret_cast<unsigned long long>(p) + up);
 }
-template <typename X, typename N>
-__device__ __forceinline__ float et_fold_x(const X* x, long long off, const EtFold<N>& f) {
-    if (!f.up) return et_to_float(x[off]);
+// With a SiLU fold, the value the passes take for x's element *p: et_silu_mul of the gate
+// partials (x) and the up partials summed there.
+template <typename X>
+__device__ __forceinline__ float et_fold_x(const X* p, const EtSiluFold& f) {
+    const float* q = et_fold_up(p, f.up);
     float g = 0.f, u = 0.f;
 #pragma unroll 2
-    for (int p = 0; p < f.parts; ++p) {
-        g += et_to_float(x[off + (long long)p * f.part_s]);
-        u += f.up[off + (long long)p * f.part_s];
+    for (int k = 0; k < f.parts; ++k) {
+        g += et_to_float(p[(long long)k * f.part_s]);
+        u += q[(long long)k * f.part_s];
     }
     return et_silu_mul(g, u);
 }
-// The same for the four floats of x from offset off (16-byte aligned).
-__device__ __forceinline__ float4 et_fold_x4(const float* x, int off, const EtNoFold&) {
-    return et_load4(x + off);
-}
-template <typename N>
-__device__ __forceinline__ float4 et_fold_x4(const float* x, int off, const EtFold<N>& f) {
-    if (!f.up) return et_load4(x + off);
+// The same for the four floats of x from p (16-byte aligned).
+__device__ __forceinline__ float4 et_fold_x4(const float* p, const EtSiluFold& f) {
+    const float* q = et_fold_up(p, f.up);
     float4 g = {0.f, 0.f, 0.f, 0.f}, u = g;
 #pragma unroll 2
-    for (int p = 0; p < f.parts; ++p) {
-        g = et_add4(g, et_load4(x + off + p * f.part_s));
-        u = et_add4(u, et_load4(f.up + off + p * f.part_s));
+    for (int k = 0; k < f.parts; ++k) {
+        g = et_add4(g, et_load4(p + (long long)k * f.part_s));
+        u = et_add4(u, et_load4(q + (long long)k * f.part_s));
     }
     return {et_silu_mul(g.x, u.x), et_silu_mul(g.y, u.y), et_silu_mul(g.z, u.z),
             et_silu_mul(g.w, u.w)};
@@ -851,7 +854,12 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         for (int i = 0; i < XT; ++i) {
             const int f = (int)threadIdx.x + 256 * i, r = f / (CHUNK * V);
             const int t = chunk * CHUNK * V + f - r * (CHUNK * V);
-            xv[i] = f < XE && r < g.rows && t < g.k ? et_fold_x(x, r * g.xr + t * g.xk, fold) : 0.f;
+            if constexpr (EtSame<F, EtSiluFold>::value)
+                xv[i] = f < XE && r < g.rows && t < g.k ? et_fold_x(x + r * g.xr + t * g.xk, fold)
+                                                        : 0.f;
+            else
+                xv[i] = f < XE && r < g.rows && t < g.k ? et_to_float(x[r * g.xr + t * g.xk])
+                                                        : 0.f;
             if constexpr (et_folds<F>)
                 if (fold.ss && f < XE && r < g.rows && t < g.k)
                     xv[i] *= (rows_scaled ? et_norm_scales()[g.r0 + r] : 1.f) *
@@ -1176,9 +1184,12 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         for (int i = 0; i < PER; ++i) {
             int r, k0;
             frag_at(i, c, r, k0);
-            xa[i][0] = r < g.rows && k0 < g.k ? et_fold_x4(x, r * g.xr + k0, fold) : zero;
-            xa[i][1] = r + 8 < g.rows && k0 < g.k ? et_fold_x4(x, (r + 8) * g.xr + k0, fold)
-                                                  : zero;
+            auto x4 = [&](const float* p) {
+                if constexpr (EtSame<F, EtSiluFold>::value) return et_fold_x4(p, fold);
+                else return et_load4(p);
+            };
+            xa[i][0] = r < g.rows && k0 < g.k ? x4(x + r * g.xr + k0) : zero;
+            xa[i][1] = r + 8 < g.rows && k0 < g.k ? x4(x + (r + 8) * g.xr + k0) : zero;
         }
         if constexpr (et_folds<F>) {
             const int t = 32 * KB * c + (int)threadIdx.x;
@@ -1380,10 +1391,7 @@ __device__ __forceinline__ void et_linear_blocks(const X* x, const W* w, O* out,
     const int rows = g.rows;
     auto block_fold = [&](int r0) {  // (no fold: EtNoFold)
         F f = fold;
-        if constexpr (et_folds<F>) {
-            f.rows = r0 == 0 ? fold.rows : 0;
-            if (f.up) f.up += r0 * g.xr;
-        }
+        if constexpr (et_folds<F>) f.rows = r0 == 0 ? fold.rows : 0;
         return f;
     };
     if constexpr (ET_LINEAR_MMA_BUILT)
@@ -1552,7 +1560,7 @@ __device__ __noinline__ void et_linear_rest(const EtTileT<X> x, const EtTileT<W>
         return et_dot2<1>(x.p, w.p, out.p, d);
     }
     et_linear_cells((int)x.n[0], (int)x.n[1], w, out,
-                    [&](int r, int t) { return et_x_at(x, r, t); }, [](int) { return 1.f; });
+                    [x](int r, int t) { return et_x_at(x, r, t); }, [](int) { return 1.f; });
 }
 
 // Whether x, w and out are plain tiles of a linear_partial's layout (x [n, k], w [c, k], out
@@ -1711,7 +1719,8 @@ __device__ __forceinline__ EtTileT<T> et_first_part(const EtTileT<T>& t) {
 // k] (or [n, k]) summed: the SiLU-and-multiply, never stored, folded into the projection
 // after it (w [c, k], out [.., n, c]). Float partials of one layout, plain, whose first
 // partial the streaming and tensor-core paths take as x, take them with an EtFold of the up
-// partials (each x value they stage: et_fold_x); any other tiles go one thread per cell.
+// partials (EtSiluFold: each x value they stage, et_fold_x); any other tiles go one thread
+// per cell.
 template <typename G, typename U, typename W, typename O>
 __device__ __forceinline__ void et_body_silu_linear_partial(const EtTileT<G>& gate,
                                                             const EtTileT<U>& up,
@@ -1722,12 +1731,13 @@ __device__ __forceinline__ void et_body_silu_linear_partial(const EtTileT<G>& ga
     const EtLinear g = et_linear_of(x, w, out);
     if constexpr (EtSame<G, float>::value && EtSame<U, float>::value) {
         bool same = gate.rank == up.rank && et_plain(gate) && et_plain(up);
-        for (int d = 0; d < gate.rank; ++d) same &= gate.n[d] == up.n[d] && gate.s[d] == up.s[d];
+#pragma unroll
+        for (int d = 0; d < 4; ++d)
+            if (d < gate.rank) same &= gate.n[d] == up.n[d] && gate.s[d] == up.s[d];
         if (same && et_linear_words_ok(x, w, out, g)) {
-            EtFold<W> fold{};
-            fold.up = up.p;
-            fold.parts = parts;
-            fold.part_s = parts > 1 ? (int)gate.s[0] : 0;
+            const EtSiluFold fold{reinterpret_cast<unsigned long long>(up.p) -
+                                      reinterpret_cast<unsigned long long>(gate.p),
+                                  parts, parts > 1 ? (int)gate.s[0] : 0};
             return et_linear_blocks(x.p, w.p, out.p, g, fold);
         }
     }
