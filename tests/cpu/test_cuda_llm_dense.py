@@ -778,7 +778,7 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
     the one-row, 8-rows-per-thread pass; with the tensor-core path (ET_LINEAR_MMA, and the
     CUDA-core path up to 8 rows a pass as the decode kernel has it), whose functions spill
     nothing, at most 32 bytes once a task in the body that calls them (the registers it
-    keeps across the call). The passes that fold an RMSNorm or a SiLU into x (EtFold,
+    keeps across the call). The passes that fold an RMSNorm or a SiLU into x (EtNormFold,
     streaming or on tensor cores) may spill up to 32 bytes, and the norm_linear_partial and
     silu_linear_partial bodies that call them up to 64 bytes, once a task (the fold and the
     row-block loop's state kept across the calls); with the tensor-core path, which they
@@ -793,8 +793,8 @@ def test_header_compiles_for_sm90a(tmp_path, defines, spill):
                           "--resource-usage"], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     found = spills_by_function(res.stderr)
-    # et_linear_words<NB, R, KW, EtFold<..> or EtSiluFold, ..>, et_linear_mma<MT, ..> alike
-    scaled = r"et_linear_(?:words|mma)I.*Et(?:Silu)?Fold"
+    # et_linear_words<NB, R, KW, EtNormFold<..> or EtSiluFold, ..>, et_linear_mma<MT, ..> alike
+    scaled = r"et_linear_(?:words|mma)I.*Et(?:Norm|Silu)Fold"
     # with ET_LINEAR_FOLDS the linear_partial bodies call the folding passes too
     calls = r"norm_linear|silu_linear" + (r"|^_Z\d+linear_" if "-DET_LINEAR_FOLDS=1" in defines
                                           else "")

@@ -637,7 +637,7 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 // with an EtSiluFold (silu_linear_partial), x holds the gate partials and each value the
 // passes take is silu of the gate partials summed times the up partials summed (et_fold_x,
 // et_fold_x4: the SiLU-and-multiply folded in; a type of its own, so that the other passes
-// keep their registers); with an EtFold whose ss is set, scale it by an RMSNorm folded in
+// keep their registers); with an EtNormFold whose ss is set, scale it by an RMSNorm folded in
 // (norm_linear_partial): row r by
 // 1 / sqrt(sum over j < T of ss[r, j] / cols + eps), column t by the norm weight nw[t]. A pass
 // given rows > 0 writes the row scales (et_fold_scales) once its first weight loads are
@@ -646,7 +646,7 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 // too: one memory latency before the first step, not two); the later row blocks of the same
 // tile get rows = 0 and reuse them. The column scales load with x (the
 // streaming pass element by element, the tensor-core pass a chunk's through the scratch),
-// so that a K-slice of any length folds. A zero EtFold (ss null) scales nothing: where a
+// so that a K-slice of any length folds. A zero EtNormFold (ss null) scales nothing: where a
 // kernel has both kinds (ET_LINEAR_FOLDS, set by codegen when the program has
 // norm_linear_partial tasks), linear_partial takes it too, so that the passes are compiled
 // once, not once per kind.
@@ -655,7 +655,7 @@ __device__ __forceinline__ float* et_norm_scales() { return et_body_scratch(); }
 #endif
 struct EtNoFold {};
 template <typename N>
-struct EtFold {
+struct EtNormFold {
     const float* ss;  // row r's sums at ss[r * ss_r + j] (null: no norm)
     const N* nw;      // column t's weight at nw[t]
     int ss_r, T, rows, cols;
@@ -665,11 +665,11 @@ struct EtSiluFold {
     unsigned long long up;  // the up partials (x's layout) this many bytes past x
     int parts, part_s;      // partial p of x and up at p * part_s
 };
-// Whether F folds an RMSNorm (EtFold).
+// Whether F folds an RMSNorm (EtNormFold).
 template <typename F>
 constexpr bool et_folds = false;
 template <typename N>
-constexpr bool et_folds<EtFold<N>> = true;
+constexpr bool et_folds<EtNormFold<N>> = true;
 
 // Fold f's row sums, a group of TP <= 32 lanes a row (TP the power of two from T up to 32),
 // lane j summing the row's sums j, j + TP, ... (one load where T <= 32): et_fold_part loads
@@ -677,11 +677,11 @@ constexpr bool et_folds<EtFold<N>> = true;
 // round i0 .. i0 + blockDim.x, uniform: shuffles) sums each group's and writes its row's
 // scale to et_norm_scales (the caller's barrier makes them visible).
 template <typename N>
-__device__ __forceinline__ int et_fold_lanes_log2(const EtFold<N>& f) {
+__device__ __forceinline__ int et_fold_lanes_log2(const EtNormFold<N>& f) {
     return et_log2_ceil(f.T < 32 ? f.T : 32);
 }
 template <typename N>
-__device__ __forceinline__ float et_fold_part(const EtFold<N>& f, int i) {
+__device__ __forceinline__ float et_fold_part(const EtNormFold<N>& f, int i) {
     const int lg = et_fold_lanes_log2(f), r = i >> lg, j = i & ((1 << lg) - 1);
     if (r >= f.rows) return 0.f;
     float v = j < f.T ? f.ss[r * f.ss_r + j] : 0.f;
@@ -689,7 +689,7 @@ __device__ __forceinline__ float et_fold_part(const EtFold<N>& f, int i) {
     return v;
 }
 template <typename N>
-__device__ __forceinline__ void et_fold_put(const EtFold<N>& f, int i, float v) {
+__device__ __forceinline__ void et_fold_put(const EtNormFold<N>& f, int i, float v) {
     const int lg = et_fold_lanes_log2(f), TP = 1 << lg;
     v = et_group_sum(v, TP);
     if (i < f.rows << lg && (i & (TP - 1)) == 0)
@@ -730,7 +730,7 @@ __device__ __forceinline__ float4 et_fold_x4(const float* p, const EtSiluFold& f
 // All threads: fold f's row scales (its `rows` rows) into et_norm_scales, a round of the
 // CTA's threads at a time (the caller's barrier makes them visible).
 template <typename N>
-__device__ __forceinline__ void et_fold_scales(const EtFold<N>& f) {
+__device__ __forceinline__ void et_fold_scales(const EtNormFold<N>& f) {
     const int n = f.rows << et_fold_lanes_log2(f);
 #pragma unroll 1
     for (int i0 = 0; i0 < n; i0 += (int)blockDim.x) {  // (uniform: shuffles)
@@ -1613,7 +1613,7 @@ __device__ __forceinline__ void et_body_linear_partial(const EtTileT<X>& x, cons
             return g.rows == 1 ? et_linear_staged<1>(x.p, w.p, out.p, g)
                                : et_linear_staged<2>(x.p, w.p, out.p, g);
         if constexpr (ET_LINEAR_FOLDS)  // (the folding passes, scaling nothing)
-            return et_linear_blocks(x.p, w.p, out.p, g, EtFold<W>{});
+            return et_linear_blocks(x.p, w.p, out.p, g, EtNormFold<W>{});
         else
             return et_linear_blocks(x.p, w.p, out.p, g);
     }
@@ -1671,7 +1671,7 @@ __device__ __forceinline__ void et_early_linear_partial(const EtTileT<X>& x,
 // norm_linear_partial: linear_partial of x [n, k] scaled per row by 1 / sqrt(sum(ss[r, :]) /
 // cols + eps) (ss [n, T]: the sums of squares of the row's T residual tiles) and per column
 // by the norm weight nw [k]: the RMSNorm of the rows, whose K-slice x is, folded into the
-// projection after it. The streaming and tensor-core paths take it as an EtFold: they
+// projection after it. The streaming and tensor-core paths take it as an EtNormFold: they
 // write the row scales to et_norm_scales once their first weight loads are issued, load the
 // norm weight with x and apply both as they stage x; tiles they do not take (unaligned, more
 // rows than ET_NORM_ROWS, sums not float or rows of sums and weight not contiguous) go one
@@ -1696,7 +1696,7 @@ __device__ __forceinline__ void et_body_norm_linear_partial(const EtTileT<X>& x,
         if (et_linear_words_ok(x, w, out, g) && rows <= ET_NORM_ROWS && ss.rank == 2 &&
             !ss.idx[0] && !ss.idx[1] && ss.s[1] == 1 && nw.rank == 1 && !nw.idx[0] &&
             nw.s[0] == 1) {
-            const EtFold<N> fold{ss.p, nw.p, (int)ss.s[0], T, rows, cols, eps};
+            const EtNormFold<N> fold{ss.p, nw.p, (int)ss.s[0], T, rows, cols, eps};
             return et_linear_blocks(x.p, w.p, out.p, g, fold);
         }
     et_linear_cells(rows, (int)x.n[1], w, out,
@@ -1718,9 +1718,9 @@ __device__ __forceinline__ EtTileT<T> et_first_part(const EtTileT<T>& t) {
 // silu_linear_partial: linear_partial of silu(g) * u for the gate and up partials g, u [S, n,
 // k] (or [n, k]) summed: the SiLU-and-multiply, never stored, folded into the projection
 // after it (w [c, k], out [.., n, c]). Float partials of one layout, plain, whose first
-// partial the streaming and tensor-core paths take as x, take them with an EtFold of the up
-// partials (EtSiluFold: each x value they stage, et_fold_x); any other tiles go one thread
-// per cell.
+// partial the streaming and tensor-core paths take as x, take them with an EtSiluFold of
+// the up partials (each x value they stage: et_fold_x); any other tiles go one thread per
+// cell.
 template <typename G, typename U, typename W, typename O>
 __device__ __forceinline__ void et_body_silu_linear_partial(const EtTileT<G>& gate,
                                                             const EtTileT<U>& up,
