@@ -89,6 +89,18 @@ def rms_norm(ctx: TaskContext) -> Out:
     return {out: _put(ctx, out, y)}
 
 
+def _times_w(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Rows x [n, k] times the weight tile w [c, k] (HF layout, [out, in]) transposed."""
+    w = w.reshape(-1, w.shape[-1])
+    return x.reshape(-1, w.shape[-1]) @ w.T
+
+
+def _silu_mul(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """silu(g) * u, silu(g) = g * sigmoid(g) (exp overflowing to inf for large -g: -0)."""
+    with np.errstate(over="ignore"):
+        return g / (1.0 + np.exp(-g)) * u
+
+
 def _linear_flops(reads, writes, params) -> int:
     rows, k = reads[params["x"]][-2:]
     return 2 * rows * k * reads[params["w"]][0]
@@ -100,7 +112,7 @@ def linear_partial(ctx: TaskContext) -> Out:
     the weight tile [c, k] (params w, [out, in]) into [n, c] or a partial slot [1, n, c]."""
     out = _single_out(ctx)
     x, w = _role(ctx, "x"), _role(ctx, "w")
-    return {out: _put(ctx, out, x.reshape(-1, w.shape[-1]) @ w.reshape(-1, w.shape[-1]).T)}
+    return {out: _put(ctx, out, _times_w(x, w))}
 
 
 def _norm_linear_flops(reads, writes, params) -> int:
@@ -120,7 +132,7 @@ def norm_linear_partial(ctx: TaskContext) -> Out:
     x = x.reshape(-1, w.shape[-1])
     ss = _role(ctx, "ss").reshape(len(x), -1).sum(axis=-1, keepdims=True)
     h = x / np.sqrt(ss / float(p["cols"]) + float(p["eps"])) * _role(ctx, "norm_w").reshape(-1)
-    return {out: _put(ctx, out, h @ w.reshape(-1, w.shape[-1]).T)}
+    return {out: _put(ctx, out, _times_w(h, w))}
 
 
 def _silu_linear_flops(reads, writes, params) -> int:
@@ -134,10 +146,8 @@ def silu_linear_partial(ctx: TaskContext) -> Out:
     the gate and up partials [S, n, k] summed (params gate, up; `silu_mul`), times the
     weight tile [c, k] (params w)."""
     out = _single_out(ctx)
-    g, u, w = _partials(ctx, "gate"), _partials(ctx, "up"), _role(ctx, "w")
-    with np.errstate(over="ignore"):
-        act = g / (1.0 + np.exp(-g)) * u
-    return {out: _put(ctx, out, act.reshape(-1, w.shape[-1]) @ w.reshape(-1, w.shape[-1]).T)}
+    act = _silu_mul(_partials(ctx, "gate"), _partials(ctx, "up"))
+    return {out: _put(ctx, out, _times_w(act, _role(ctx, "w")))}
 
 
 def _rope_flops(reads, writes, params) -> int:
@@ -294,9 +304,7 @@ def silu_mul(ctx: TaskContext) -> Out:
     """SiLU-and-multiply: silu(gate) * up of the gate and up partials [S, n, c] (params
     gate, up), silu(x) = x * sigmoid(x)."""
     out = _single_out(ctx)
-    g, u = _partials(ctx, "gate"), _partials(ctx, "up")
-    with np.errstate(over="ignore"):
-        return {out: _put(ctx, out, g / (1.0 + np.exp(-g)) * u)}
+    return {out: _put(ctx, out, _silu_mul(_partials(ctx, "gate"), _partials(ctx, "up")))}
 
 
 def _argmax_flops(reads, writes, params) -> int:
