@@ -639,8 +639,8 @@ def test_linear_through_the_folding_passes_matches_reference(folds_results, i):
 
 # one-row linears with their weight words through the thread's ring of rounds in shared
 # memory (ET_LINEAR_ASYNC 2 and 3; passes and steps from 1 to 48 rounds, rows clipped,
-# words past k)
-ONE_ROW_CASES = [c for c in CORE_CASES if c.kind == "linear_partial" and c.ins["x"].n[0] == 1]
+# words past k), plain and with a fold (norm or SiLU)
+ONE_ROW_CASES = [c for c in CORE_CASES if c.ins["x" if "x" in c.ins else "gate"].n[-2] == 1]
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["async2", "async3"])

@@ -808,12 +808,17 @@ __device__ __forceinline__ void et_async_first_rounds(const W* w, const EtLinear
     }
 }
 
-// ET_LINEAR_EARLY (runtime.cuh): the rounds of the coming one-row linear body this thread
-// issued before its task's waits (0 or ET_LINEAR_ASYNC - 1). Each thread reads back only
-// its own count, as it does its own copies: no barrier.
+// ET_LINEAR_EARLY (runtime.cuh): the rounds (or tensor-core blocks) of the coming linear
+// body this thread issued before its task's waits (0, or ET_LINEAR_ASYNC - 1 or
+// ET_LINEAR_MMA_RING - 1). Each thread reads back only its own count, as it does its own
+// copies: no barrier. Shared memory starts with whatever an earlier kernel left there:
+// et_early_reset zeroes it at kernel entry.
 __device__ __forceinline__ unsigned char& et_async_early() {
     __shared__ unsigned char issued[256];
     return issued[threadIdx.x];
+}
+__device__ __forceinline__ void et_early_reset() {
+    if (ET_LINEAR_EARLY) et_async_early() = 0;
 }
 
 // The streaming path of linear_partial, for rows <= NB of x and weight rows that are runs of

@@ -552,6 +552,8 @@ __device__ void et_ring_init();
 #ifndef ET_LINEAR_EARLY
 #define ET_LINEAR_EARLY 0
 #endif
+// Every thread at kernel entry: no early copies issued yet (llm_dense.cuh).
+__device__ __forceinline__ void et_early_reset();
 #if ET_LINEAR_EARLY && !defined(ET_ARMED_COUNTS)
 #define ET_EARLY_TASKS 1
 __device__ void et_early_task(const long long* A, const EtTask& task);
@@ -953,6 +955,7 @@ __device__ void et_run_hybrid(const long long* A) {
         const u64 entry_ns = et_globaltimer();                                                \
         et_allow_next_launch();                                                               \
         et_ring_init();                                                                       \
+        et_early_reset();                                                                     \
         const long long epoch = et_load_args(A, args);                                        \
         et_stamp_cta(A, 0, entry_ns);                                                         \
         et_stamp_cta(A, 1, ET_PROF ? et_globaltimer() : 0);                                   \
@@ -977,6 +980,7 @@ struct EtLaunchSlots {
         task.id = -1;                                                                         \
         task.a = make_int4(g, 0, 0, 0);                                                       \
         task.b = make_int4(0, blockIdx.x, blockIdx.y, blockIdx.z);                            \
+        et_early_reset();                                                                     \
         et_load_tensor_table(args.v);                                                         \
         et_run_task(args.v, task, nullptr);                                                   \
     }
