@@ -665,11 +665,12 @@ def test_linear_async_rounds_match_reference(async_results, i):
 MMA_EARLY_CASES = [c for c in MMA_CASES if c.kind == "linear_partial"
                    and c.ins["x"].n[0] >= c.mma and c.ins["x"].n[1] % 32 == 0
                    and c.ins["x"].dtype == F]
+ONE_ROW_LINEAR_CASES = [c for c in ONE_ROW_CASES if c.kind == "linear_partial"]
 EARLY_VARIANTS = {
-    "async2": (ONE_ROW_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}, 1, None),
-    "async3": (ONE_ROW_CASES, {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1}, 2, None),
-    "async2_no_ring": (ONE_ROW_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1,
-                                       "ET_HOST_DYNAMIC_SMEM": 65536}, 0, 0),
+    "async2": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}, 2, None),
+    "async3": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1}, 3, None),
+    "async2_no_ring": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1,
+                                              "ET_HOST_DYNAMIC_SMEM": 65536}, 0, 0),
     "mma_ring3": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_EARLY": 2}, 2, None),
     "mma_ring3_rows_bit": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_ASYNC": 2,
                                              "ET_LINEAR_EARLY": 1}, 0, None)}

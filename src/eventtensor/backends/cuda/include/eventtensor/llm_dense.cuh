@@ -743,8 +743,9 @@ __device__ __forceinline__ void et_fold_scales(const EtNoFold&) {}
 // Weight words of the one-row streaming path through shared memory (knob ET_LINEAR_ASYNC = D
 // rounds, 0: off): each thread copies its own words of the rounds ahead (a round: the
 // R * KW = 16 words a thread takes in one step) with cp.async into its own slots of a ring of
-// D rounds in dynamic shared memory (D * ET_ASYNC_ROUND_BYTES a CTA), so that D - 1 rounds
-// are in flight while it computes one: up to 128 KB a CTA instead of the 64 KB its registers
+// D rounds in dynamic shared memory (D * ET_ASYNC_ROUND_BYTES a CTA). A step reads its round
+// into registers and at once refills the slot with the round D ahead, so that D rounds are in
+// flight while it computes one: 128 KB a CTA with D = 2 instead of the 64 KB its registers
 // hold. A thread reads back only what it copied itself: no barrier, only its own
 // cp.async groups (one per round) to wait for. Excludes the stage ring (ET_STAGE_BYTES).
 // The ring is there only where the launch gives the CTA that much dynamic shared memory
@@ -793,8 +794,8 @@ __device__ __forceinline__ void et_async_round(const W* w, const EtLinear& g, in
         }
 }
 
-// The one-row path's first ET_LINEAR_ASYNC - 1 rounds, a cp.async group each (empty past
-// the last round): what et_linear_words has in flight before it takes round 0.
+// The one-row path's first ET_LINEAR_ASYNC rounds, a cp.async group each (empty past the
+// last round): what et_linear_words has in flight before it takes round 0.
 template <int R, int KW, typename W>
 __device__ __forceinline__ void et_async_first_rounds(const W* w, const EtLinear& g,
                                                       unsigned long long policy) {
@@ -802,14 +803,14 @@ __device__ __forceinline__ void et_async_first_rounds(const W* w, const EtLinear
     const int steps = (g.k / V + STEP - 1) / STEP;
     const int rounds = (g.cols + 32 * R - 1) / (32 * R) * steps;
 #pragma unroll
-    for (int q = 0; q < ET_LINEAR_ASYNC - 1; ++q) {
+    for (int q = 0; q < ET_LINEAR_ASYNC; ++q) {
         if (q < rounds) et_async_round<R, KW>(w, g, steps, q, policy);
         et_async_commit();
     }
 }
 
 // ET_LINEAR_EARLY (runtime.cuh): the rounds (or tensor-core blocks) of the coming linear
-// body this thread issued before its task's waits (0, or ET_LINEAR_ASYNC - 1 or
+// body this thread issued before its task's waits (0, or ET_LINEAR_ASYNC or
 // ET_LINEAR_MMA_RING - 1). Each thread reads back only its own count, as it does its own
 // copies: no barrier. Shared memory starts with whatever an earlier kernel left there:
 // et_early_reset zeroes it at kernel entry.
@@ -898,7 +899,7 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     int round = 0;  // the next round a step takes
     unsigned long long policy = 0;
     if constexpr (ASYNC)
-        if (ring) {  // the first D - 1 rounds in flight (issued early, or now)
+        if (ring) {  // the first D rounds in flight (issued early, or now)
             policy = et_async_policy<HINT>();
             bool early = false;
             if constexpr (ET_LINEAR_EARLY) {
@@ -929,16 +930,15 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
         };
         auto take_w = [&](EtWord16 (&dst)[R][KW], int s) {  // step s's words into dst
             if constexpr (ASYNC)
-                if (ring) {  // the round D - 1 ahead issued, this one's group waited
-                    if (round + D - 1 < rounds)
-                        et_async_round<R, KW>(w, g, steps, round + D - 1, policy);
-                    et_async_commit();
+                if (ring) {  // this round's group waited and read, its slot refilled
                     et_async_wait<D - 1>();
                     const EtWord16* slot = et_async_slot(round);
 #pragma unroll
                     for (int m = 0; m < KW; ++m)
 #pragma unroll
                         for (int u = 0; u < R; ++u) dst[u][m] = slot[(u * KW + m) * 256];
+                    if (round + D < rounds) et_async_round<R, KW>(w, g, steps, round + D, policy);
+                    et_async_commit();
                     ++round;
                     return;
                 }
@@ -1637,7 +1637,7 @@ __device__ __forceinline__ bool et_early_now() {
 // its EtLinear g (`mma`: its body takes the tensor-core path): where that path has the ring
 // of blocks (ET_LINEAR_MMA_RING; bit 2 of the knob), this thread's first
 // ET_LINEAR_MMA_RING - 1 blocks of weight words; where the body takes the one-row streaming
-// path with the ring of rounds (ET_LINEAR_ASYNC; bit 1), its first ET_LINEAR_ASYNC - 1
+// path with the ring of rounds (ET_LINEAR_ASYNC; bit 1), its first ET_LINEAR_ASYNC
 // rounds; issued as that path would issue them and counted in et_async_early for the body to
 // skip. Not inlined: one copy for the early parts of every linear grid.
 template <typename W>
@@ -1655,7 +1655,7 @@ __device__ __noinline__ void et_early_copies(const W* w, EtLinear g, bool mma) {
         if (g.rows != 1 || mma || !et_linear_ring()) return;
         if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w, g, policy);
         else et_async_first_rounds<4, 4>(w, g, policy);
-        et_async_early() = ET_LINEAR_ASYNC - 1;
+        et_async_early() = ET_LINEAR_ASYNC;
     }
 }
 
