@@ -208,7 +208,8 @@ def test_early_linear_parts_only_in_static_kernels_with_the_ring():
     """ET_LINEAR_EARLY: the decode program's linear_partial grids get an early part (their
     tile views, et_early_linear_partial) in static and unfused kernels; the other grids and
     the dynamic kernel none; a bit of the knob without its ring (1: ET_LINEAR_ASYNC's, 2:
-    ET_LINEAR_MMA_RING's) is refused."""
+    ET_LINEAR_MMA_RING's) is refused, and so are early rounds (ET_LINEAR_EARLY_ROUNDS) past
+    the ring or without bit 1."""
     _, p = decode_program("tiny-llama", layers=1)
     knobs = {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}
     src = generate(p, "static", knobs=knobs)
@@ -228,6 +229,14 @@ def test_early_linear_parts_only_in_static_kernels_with_the_ring():
                                              "the early weight copies go to the ring of "
                                              "ET_LINEAR_ASYNC"):
             generate(p, "static", knobs=knobs)
+    for rounds, knobs in ((3, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}),
+                          (0, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}),
+                          (1, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_MMA_RING": 4,
+                               "ET_LINEAR_EARLY": 2})):
+        with pytest.raises(ValueError, match=f"knob ET_LINEAR_EARLY_ROUNDS={rounds}: the "
+                                             "one-row linear's rounds issued early, 1 to "
+                                             "ET_LINEAR_ASYNC=2"):
+            generate(p, "static", knobs={**knobs, "ET_LINEAR_EARLY_ROUNDS": rounds})
 
 
 @pytest.mark.parametrize("name, bits", [("tiny-llama", 1 << 2), ("llama-3.2-1b", 1 << 4),

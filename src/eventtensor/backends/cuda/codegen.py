@@ -29,7 +29,7 @@ KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_POLL_BATCH", "ET_S
          "ET_DEFER_MAX", "ET_WEIGHTS_EVICT_FIRST", "ET_PREFETCH_BYTES", "ET_PREFETCH_NEXT",
          "ET_PREFETCH_OWN", "ET_PREFETCH_BULK", "ET_LINEAR_MMA", "ET_LINEAR_MMA_LO",
          "ET_LINEAR_MMA_SPREAD", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY",
-         "ET_LINEAR_MMA_RING", "ET_ATTN_STREAM")
+         "ET_LINEAR_MMA_RING", "ET_ATTN_STREAM", "ET_LINEAR_EARLY_ROUNDS")
 # task kinds with an early part, run before their waits where ET_LINEAR_EARLY is set
 # (llm_dense.cuh et_early_<kind>, the body's arguments)
 EARLY_KINDS = ("linear_partial",)
@@ -323,6 +323,11 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
         raise ValueError(f"knob ET_LINEAR_EARLY={early}: the early weight copies go to the "
                          "ring of ET_LINEAR_ASYNC (bit 1) and of ET_LINEAR_MMA_RING (bit 2); "
                          "set the bits of the rings the kernel has")
+    early_rounds = knobs.get("ET_LINEAR_EARLY_ROUNDS")
+    if early_rounds is not None and not (early & 1 and 1 <= early_rounds <= rounds):
+        raise ValueError(f"knob ET_LINEAR_EARLY_ROUNDS={early_rounds}: the one-row linear's "
+                         f"rounds issued early, 1 to ET_LINEAR_ASYNC={rounds}, with bit 1 of "
+                         "ET_LINEAR_EARLY set")
     for other, value in (("ET_LINEAR_ASYNC", rounds), ("ET_LINEAR_MMA_RING", blocks),
                          ("ET_ATTN_STREAM", stream)):
         if value and staging:

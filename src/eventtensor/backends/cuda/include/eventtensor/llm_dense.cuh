@@ -757,9 +757,19 @@ __device__ __forceinline__ void et_fold_scales(const EtNoFold&) {}
 #ifndef ET_LINEAR_EARLY  // (runtime.cuh sets it in a megakernel)
 #define ET_LINEAR_EARLY 0
 #endif
+// ET_LINEAR_EARLY_ROUNDS: the rounds a one-row linear task issues before its waits (bit 1 of
+// ET_LINEAR_EARLY), 1 to ET_LINEAR_ASYNC; the body issues the rest of the ring's. (Copies
+// issued early compete for memory with the tasks on the critical path that the linear waits
+// for.)
+#ifndef ET_LINEAR_EARLY_ROUNDS
+#define ET_LINEAR_EARLY_ROUNDS (ET_LINEAR_ASYNC > 1 ? ET_LINEAR_ASYNC - 1 : 1)
+#endif
 #define ET_ASYNC_ROUND_BYTES 65536  // 256 threads x 16 words x 16 bytes
 static_assert(ET_LINEAR_ASYNC == 0 || ET_LINEAR_ASYNC == 2 || ET_LINEAR_ASYNC == 3,
               "ET_LINEAR_ASYNC takes 0 (off), 2 or 3 rounds");
+static_assert(ET_LINEAR_EARLY_ROUNDS >= 1 &&
+                  (ET_LINEAR_ASYNC == 0 || ET_LINEAR_EARLY_ROUNDS <= ET_LINEAR_ASYNC),
+              "ET_LINEAR_EARLY_ROUNDS takes 1 to ET_LINEAR_ASYNC rounds");
 // Whether the launch gave the one-row path its ring (ET_LINEAR_ASYNC rounds of dynamic shared
 // memory).
 __device__ __forceinline__ bool et_linear_ring() {
@@ -794,23 +804,25 @@ __device__ __forceinline__ void et_async_round(const W* w, const EtLinear& g, in
         }
 }
 
-// The one-row path's first ET_LINEAR_ASYNC rounds, a cp.async group each (empty past the
-// last round): what et_linear_words has in flight before it takes round 0.
+// Rounds q0 .. q1 - 1 of the one-row path, a cp.async group each (empty past the last
+// round): with q0 = 0 and q1 = ET_LINEAR_ASYNC, what et_linear_words has in flight before it
+// takes round 0.
 template <int R, int KW, typename W>
 __device__ __forceinline__ void et_async_first_rounds(const W* w, const EtLinear& g,
-                                                      unsigned long long policy) {
+                                                      unsigned long long policy, int q0,
+                                                      int q1) {
     constexpr int V = 16 / sizeof(W), STEP = 8 * KW;
     const int steps = (g.k / V + STEP - 1) / STEP;
     const int rounds = (g.cols + 32 * R - 1) / (32 * R) * steps;
-#pragma unroll
-    for (int q = 0; q < ET_LINEAR_ASYNC; ++q) {
+#pragma unroll 1
+    for (int q = q0; q < q1; ++q) {
         if (q < rounds) et_async_round<R, KW>(w, g, steps, q, policy);
         et_async_commit();
     }
 }
 
 // ET_LINEAR_EARLY (runtime.cuh): the rounds (or tensor-core blocks) of the coming linear
-// body this thread issued before its task's waits (0, or ET_LINEAR_ASYNC or
+// body this thread issued before its task's waits (0, or ET_LINEAR_EARLY_ROUNDS or
 // ET_LINEAR_MMA_RING - 1). Each thread reads back only its own count, as it does its own
 // copies: no barrier. Shared memory starts with whatever an earlier kernel left there:
 // et_early_reset zeroes it at kernel entry.
@@ -901,12 +913,12 @@ __device__ __noinline__ void et_linear_words(const X* x, const W* w, O* out, EtL
     if constexpr (ASYNC)
         if (ring) {  // the first D rounds in flight (issued early, or now)
             policy = et_async_policy<HINT>();
-            bool early = false;
+            int early = 0;
             if constexpr (ET_LINEAR_EARLY) {
-                early = et_async_early() != 0;
+                early = et_async_early();
                 et_async_early() = 0;
             }
-            if (!early) et_async_first_rounds<R, KW>(w, g, policy);
+            et_async_first_rounds<R, KW>(w, g, policy, early, D);
         }
     if constexpr (et_folds<F> && !EARLY)  // (weights issued after x: the scales first)
         if (fold.rows) {
@@ -1637,8 +1649,8 @@ __device__ __forceinline__ bool et_early_now() {
 // its EtLinear g (`mma`: its body takes the tensor-core path): where that path has the ring
 // of blocks (ET_LINEAR_MMA_RING; bit 2 of the knob), this thread's first
 // ET_LINEAR_MMA_RING - 1 blocks of weight words; where the body takes the one-row streaming
-// path with the ring of rounds (ET_LINEAR_ASYNC; bit 1), its first ET_LINEAR_ASYNC
-// rounds; issued as that path would issue them and counted in et_async_early for the body to
+// path with the ring of rounds (ET_LINEAR_ASYNC; bit 1), its first ET_LINEAR_EARLY_ROUNDS
+// rounds (the body issues the rest of the ring's); issued as that path would issue them and counted in et_async_early for the body to
 // skip. Not inlined: one copy for the early parts of every linear grid.
 template <typename W>
 __device__ __noinline__ void et_early_copies(const W* w, EtLinear g, bool mma) {
@@ -1653,9 +1665,10 @@ __device__ __noinline__ void et_early_copies(const W* w, EtLinear g, bool mma) {
     }
     if constexpr ((ET_LINEAR_EARLY & 1) && ET_LINEAR_ASYNC > 0) {
         if (g.rows != 1 || mma || !et_linear_ring()) return;
-        if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w, g, policy);
-        else et_async_first_rounds<4, 4>(w, g, policy);
-        et_async_early() = ET_LINEAR_ASYNC;
+        constexpr int Q = ET_LINEAR_EARLY_ROUNDS;
+        if (et_one_pass_row<W>(g.k)) et_async_first_rounds<8, 2>(w, g, policy, 0, Q);
+        else et_async_first_rounds<4, 4>(w, g, policy, 0, Q);
+        et_async_early() = Q;
     }
 }
 
