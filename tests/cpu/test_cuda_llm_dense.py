@@ -658,8 +658,8 @@ def test_linear_async_rounds_match_reference(async_results, i):
 
 # the first copies issued before the task's waits (ET_LINEAR_EARLY): variant -> (cases,
 # knobs, copies issued early, copies at most in all): the one-row linears' rounds
-# (ET_LINEAR_ASYNC 2 and 3, bit 1 of ET_LINEAR_EARLY: all but one round of the ring early, or
-# with ET_LINEAR_EARLY_ROUNDS all of them; with 2 but a launch's dynamic shared
+# (ET_LINEAR_ASYNC 2 and 3, bit 1 of ET_LINEAR_EARLY: the whole ring early, or with
+# ET_LINEAR_EARLY_ROUNDS 1 round; with 2 but a launch's dynamic shared
 # memory short of the ring, none at all: the words go through registers), the tensor-core
 # linears' blocks (ET_LINEAR_MMA_RING 3, bit 2) for the cases that path takes (8 rows or
 # more, float x, k a multiple of 32), and those with bit 1 alone (nothing early)
@@ -668,10 +668,10 @@ MMA_EARLY_CASES = [c for c in MMA_CASES if c.kind == "linear_partial"
                    and c.ins["x"].dtype == F]
 ONE_ROW_LINEAR_CASES = [c for c in ONE_ROW_CASES if c.kind == "linear_partial"]
 EARLY_VARIANTS = {
-    "async2": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}, 1, None),
-    "async2_all": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1,
-                                          "ET_LINEAR_EARLY_ROUNDS": 2}, 2, None),
-    "async3": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1}, 2, None),
+    "async2": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1}, 2, None),
+    "async3_one": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1,
+                                          "ET_LINEAR_EARLY_ROUNDS": 1}, 1, None),
+    "async3": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1}, 3, None),
     "async2_no_ring": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1,
                                               "ET_HOST_DYNAMIC_SMEM": 65536}, 0, 0),
     "mma_ring3": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_EARLY": 2}, 2, None),

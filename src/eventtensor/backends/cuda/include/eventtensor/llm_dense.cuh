@@ -758,11 +758,13 @@ __device__ __forceinline__ void et_fold_scales(const EtNoFold&) {}
 #define ET_LINEAR_EARLY 0
 #endif
 // ET_LINEAR_EARLY_ROUNDS: the rounds a one-row linear task issues before its waits (bit 1 of
-// ET_LINEAR_EARLY), 1 to ET_LINEAR_ASYNC; the body issues the rest of the ring's. (Copies
-// issued early compete for memory with the tasks on the critical path that the linear waits
-// for.)
+// ET_LINEAR_EARLY), 1 to ET_LINEAR_ASYNC (the default: the whole ring); the body issues the
+// rest of the ring's. Copies issued early compete for memory with the tasks on the critical
+// path that the linear waits for; yet on an H100, Llama-3.2-1B at B = 1, 2 rounds of 2 gave
+// 1.595 ms a step against 1.666 for 1 round and 1.743 for none
+// (benchmarks/results/splits/decode_tiles_early_rounds_5ffd0c5_h100.md).
 #ifndef ET_LINEAR_EARLY_ROUNDS
-#define ET_LINEAR_EARLY_ROUNDS (ET_LINEAR_ASYNC > 1 ? ET_LINEAR_ASYNC - 1 : 1)
+#define ET_LINEAR_EARLY_ROUNDS (ET_LINEAR_ASYNC > 0 ? ET_LINEAR_ASYNC : 1)
 #endif
 #define ET_ASYNC_ROUND_BYTES 65536  // 256 threads x 16 words x 16 bytes
 static_assert(ET_LINEAR_ASYNC == 0 || ET_LINEAR_ASYNC == 2 || ET_LINEAR_ASYNC == 3,
