@@ -826,14 +826,19 @@ __device__ __forceinline__ void et_async_first_rounds(const W* w, const EtLinear
 // ET_LINEAR_EARLY (runtime.cuh): the rounds (or tensor-core blocks) of the coming linear
 // body this thread issued before its task's waits (0, or ET_LINEAR_EARLY_ROUNDS or
 // ET_LINEAR_MMA_RING - 1). Each thread reads back only its own count, as it does its own
-// copies: no barrier. Shared memory starts with whatever an earlier kernel left there:
-// et_early_reset zeroes it at kernel entry.
+// copies: no barrier.
 __device__ __forceinline__ unsigned char& et_async_early() {
     __shared__ unsigned char issued[256];
     return issued[threadIdx.x];
 }
-__device__ __forceinline__ void et_early_reset() {
-    if (ET_LINEAR_EARLY) et_async_early() = 0;
+// This thread's early copies dropped: landed (none stays in flight) and the count zero. At
+// kernel entry, where shared memory holds whatever an earlier kernel left there, and after a
+// task whose early part ran but whose body did not (guarded, or the launch aborting).
+__device__ __forceinline__ void et_early_drop() {
+    if (ET_LINEAR_EARLY) {
+        et_async_wait<0>();
+        et_async_early() = 0;
+    }
 }
 
 // The streaming path of linear_partial, for rows <= NB of x and weight rows that are runs of

@@ -552,8 +552,9 @@ __device__ void et_ring_init();
 #ifndef ET_LINEAR_EARLY
 #define ET_LINEAR_EARLY 0
 #endif
-// Every thread at kernel entry: no early copies issued yet (llm_dense.cuh).
-__device__ __forceinline__ void et_early_reset();
+// Every thread: no early copies pending, none counted (llm_dense.cuh; at kernel entry and
+// after a task that ran its early part but not its body).
+__device__ __forceinline__ void et_early_drop();
 #if ET_LINEAR_EARLY && !defined(ET_ARMED_COUNTS)
 #define ET_EARLY_TASKS 1
 __device__ void et_early_task(const long long* A, const EtTask& task);
@@ -626,8 +627,8 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& ne
     }
     const bool waits = (v.num_waits && !satisfied) || et_has_extra_waits(v.task.a.x);
 #if ET_EARLY_TASKS
-    if (!DYNAMIC && waits && et_has_early(v.task.a.x) && et_early_now())
-        et_early_task(A, v.task);
+    const bool early = !DYNAMIC && waits && et_has_early(v.task.a.x) && et_early_now();
+    if (early) et_early_task(A, v.task);
 #endif
     int ok = 1;  // a task without waits or staged tiles needs neither verdict nor barrier
     while (waits || slot >= 0) {
@@ -658,6 +659,9 @@ __device__ bool et_do_task(const long long* A, const EtView& v, const EtTask& ne
         prof[ET_PROF_TASK * v.task.id] = fetch_ns;
         et_stamp(prof, v.task.id, 1);
     }
+#if ET_EARLY_TASKS
+    if (ok != 1 && early) et_early_drop();  // (the body would have taken them)
+#endif
     if (ok == 0) return false;
     if (ok == 1) et_run_task(A, v.task, slot >= 0 ? et_ring_tiles(slot) : nullptr);
     if (threadIdx.x == 0) et_stamp(prof, v.task.id, 2);
@@ -955,7 +959,7 @@ __device__ void et_run_hybrid(const long long* A) {
         const u64 entry_ns = et_globaltimer();                                                \
         et_allow_next_launch();                                                               \
         et_ring_init();                                                                       \
-        et_early_reset();                                                                     \
+        et_early_drop();                                                                      \
         const long long epoch = et_load_args(A, args);                                        \
         et_stamp_cta(A, 0, entry_ns);                                                         \
         et_stamp_cta(A, 1, ET_PROF ? et_globaltimer() : 0);                                   \
@@ -980,7 +984,7 @@ struct EtLaunchSlots {
         task.id = -1;                                                                         \
         task.a = make_int4(g, 0, 0, 0);                                                       \
         task.b = make_int4(0, blockIdx.x, blockIdx.y, blockIdx.z);                            \
-        et_early_reset();                                                                     \
+        et_early_drop();                                                                      \
         et_load_tensor_table(args.v);                                                         \
         et_run_task(args.v, task, nullptr);                                                   \
     }
