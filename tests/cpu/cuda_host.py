@@ -21,7 +21,8 @@ PATCHES = {
         r'asm volatile\("mma\.sync\.aligned\.m16n8k16[^;]*;[^;]*;': "et_host_mma(d, a, b);",
     },
     "llm_common.cuh": {
-        # ET_LINEAR_ASYNC, ET_ATTN_STREAM: the ring in a static buffer, each copy done at once
+        # the rings of cp.async copies (ET_LINEAR_ASYNC, ET_LINEAR_MMA_RING, ET_ATTN_STREAM) in
+        # a static buffer; a copy lands when its thread waits for its group (et_host_async_*)
         r'extern __shared__ __align__\(128\) unsigned char et_dynamic_smem\[\];':
             "static unsigned char et_dynamic_smem[3 * 65536] __attribute__((aligned(128)));",
         r'asm volatile\("createpolicy\.fractional\.L2::evict_first\.b64 %0, 1\.0;" '
@@ -29,12 +30,12 @@ PATCHES = {
         r'asm volatile\("createpolicy\.fractional\.L2::evict_normal\.b64 %0, 1\.0;" '
         r': "=l"\(p\)\);': "p = 0;",
         r'(?s)asm volatile\("cp\.async\.cg\.shared\.global.*?"memory"\);':
-            "if (bytes) std::memcpy(dst, src, 16); else std::memset(dst, 0, 16); (void)policy; "
-            "++et_host_async_words;",
+            "et_host_async_copy(dst, src, bytes); (void)policy; ++et_host_async_words;",
         r'asm\("mov\.u32 %0, %%dynamic_smem_size;" : "=r"\(n\)\);':
             "n = ET_HOST_DYNAMIC_SMEM;",
-        r'asm volatile\("cp\.async\.commit_group;" ::: "memory"\);': "",
-        r'asm volatile\("cp\.async\.wait_group %0;" :: "n"\(N\) : "memory"\);': "",
+        r'asm volatile\("cp\.async\.commit_group;" ::: "memory"\);': "et_host_async_commit();",
+        r'asm volatile\("cp\.async\.wait_group %0;" :: "n"\(N\) : "memory"\);':
+            "et_host_async_wait(N);",
     },
     "bodies.cuh": {
         r'asm\("cvt\.rn\.bf16\.f32 %0, %1;" : "=h"\(r\.bits\) : "f"\(v\)\);':
@@ -121,7 +122,34 @@ inline void et_host_mma(float* d, const unsigned* a, const unsigned* b) {
         for (int k = 0; k < 16; ++k) d[i] += A[g + 8 * (i >> 1)][k] * B[k][2 * q + (i & 1)];
     w.bar.arrive_and_wait();
 }
-static std::atomic<long long> et_host_async_words{0};  // ET_LINEAR_ASYNC copies issued
+static std::atomic<long long> et_host_async_words{0};  // cp.async copies issued
+// cp.async as the hardware may do it at the latest: a thread's copies (their source read at
+// issue) land only when it waits for their group (cp.async.wait_group N: all but its N newest
+// committed groups), so that a body reading a slot before it waited for it reads stale data
+struct EtHostCopy {
+    void* dst;
+    unsigned char data[16];
+    int bytes;
+};
+static thread_local std::vector<std::vector<EtHostCopy>> et_host_groups;  // committed, oldest first
+static thread_local std::vector<EtHostCopy> et_host_open;  // issued since the last commit
+inline void et_host_async_copy(void* dst, const void* src, int bytes) {
+    EtHostCopy c{dst, {}, bytes};
+    if (bytes) std::memcpy(c.data, src, 16);
+    et_host_open.push_back(c);
+}
+inline void et_host_async_commit() {
+    et_host_groups.push_back(std::move(et_host_open));
+    et_host_open.clear();
+}
+inline void et_host_async_wait(int n) {
+    while ((int)et_host_groups.size() > n) {
+        for (const EtHostCopy& c : et_host_groups.front())
+            if (c.bytes) std::memcpy(c.dst, c.data, 16);
+            else std::memset(c.dst, 0, 16);
+        et_host_groups.erase(et_host_groups.begin());
+    }
+}
 static std::mutex et_prefetch_mutex;
 static std::set<const void*> et_prefetched;
 inline void et_host_prefetch(const void* p) {
