@@ -579,14 +579,25 @@ def test_mma_x_rounded_to_bf16_matches_reference(mma_lo0_results, i):
 
 # et_linear_mma with its weight words through the thread's ring of blocks in shared memory
 # (ET_LINEAR_MMA_RING 2, 4, 5 and 8: k of 1 to 16 blocks, chunks cut short, clipped rows and
-# column tiles, more columns than a pass takes), and with a block's MMAs in the spread order
-# (ET_LINEAR_MMA_SPREAD) beside the ring of 4
+# column tiles, more columns than a pass takes), with a block's MMAs in the spread order
+# (ET_LINEAR_MMA_SPREAD) beside the ring of 4, and with x through the ring of 2 to 4 chunks
+# (ET_LINEAR_MMA_XRING; the host's copies land only when their group is waited for)
 MMA_RING_VARIANTS = {"ring2": "#define ET_LINEAR_MMA_RING 2\n",
                      "ring4": "#define ET_LINEAR_MMA_RING 4\n",
                      "ring5": "#define ET_LINEAR_MMA_RING 5\n",
                      "ring8": "#define ET_LINEAR_MMA_RING 8\n",
                      "ring4_spread": "#define ET_LINEAR_MMA_RING 4\n"
-                                     "#define ET_LINEAR_MMA_SPREAD 1\n"}
+                                     "#define ET_LINEAR_MMA_SPREAD 1\n",
+                     "ring2_xring2": "#define ET_LINEAR_MMA_RING 2\n"
+                                     "#define ET_LINEAR_MMA_XRING 2\n",
+                     "ring4_xring3": "#define ET_LINEAR_MMA_RING 4\n"
+                                     "#define ET_LINEAR_MMA_XRING 3\n",
+                     "ring5_xring4": "#define ET_LINEAR_MMA_RING 5\n"
+                                     "#define ET_LINEAR_MMA_XRING 4\n",
+                     # (more weight blocks in flight than x chunks' blocks: only x's own wait
+                     # keeps a chunk's x from being read before it landed)
+                     "ring8_xring2": "#define ET_LINEAR_MMA_RING 8\n"
+                                     "#define ET_LINEAR_MMA_XRING 2\n"}
 
 
 @pytest.fixture(scope="module", params=list(MMA_RING_VARIANTS))
@@ -661,8 +672,9 @@ def test_linear_async_rounds_match_reference(async_results, i):
 # (ET_LINEAR_ASYNC 2 and 3, bit 1 of ET_LINEAR_EARLY: the whole ring early, or with
 # ET_LINEAR_EARLY_ROUNDS 1 round; with 2 but a launch's dynamic shared
 # memory short of the ring, none at all: the words go through registers), the tensor-core
-# linears' blocks (ET_LINEAR_MMA_RING 3, bit 2) for the cases that path takes (8 rows or
-# more, float x, k a multiple of 32), and those with bit 1 alone (nothing early)
+# linears' blocks (ET_LINEAR_MMA_RING 3, bit 2, also with x through its ring) for the cases
+# that path takes (8 rows or more, float x, k a multiple of 32), and those with bit 1 alone
+# (nothing early)
 MMA_EARLY_CASES = [c for c in MMA_CASES if c.kind == "linear_partial"
                    and c.ins["x"].n[0] >= c.mma and c.ins["x"].n[1] % 32 == 0
                    and c.ins["x"].dtype == F]
@@ -675,6 +687,8 @@ EARLY_VARIANTS = {
     "async2_no_ring": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1,
                                               "ET_HOST_DYNAMIC_SMEM": 65536}, 0, 0),
     "mma_ring3": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_EARLY": 2}, 2, None),
+    "mma_ring3_xring2": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_MMA_XRING": 2,
+                                           "ET_LINEAR_EARLY": 2}, 2, None),
     "mma_ring3_rows_bit": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_ASYNC": 2,
                                              "ET_LINEAR_EARLY": 1}, 0, None)}
 
@@ -771,6 +785,10 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
                                               "-DET_LINEAR_MMA_SPREAD=1"], 32),
                                             (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
                                               "-DET_LINEAR_MMA_RING=4",
+                                              "-DET_LINEAR_FOLDS=1"], 32),
+                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
+                                              "-DET_LINEAR_MMA_RING=4",
+                                              "-DET_LINEAR_MMA_XRING=3",
                                               "-DET_LINEAR_FOLDS=1"], 32),
                                             (["-DET_WEIGHTS_EVICT_FIRST=1", "-DET_LINEAR_MMA=8",
                                               "-DET_LINEAR_CORE_ROWS=8", "-DET_LINEAR_MMA_RING=4",

@@ -1110,6 +1110,20 @@ static_assert(ET_LINEAR_MMA_SPREAD == 0 || ET_LINEAR_MMA_SPREAD == 1,
 static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_MMA_RING <= 8),
               "ET_LINEAR_MMA_RING takes 0 (off) or 2 to 8 blocks");
 
+// ET_LINEAR_MMA_XRING = DX (0: off; 2 to 4): x through a ring of DX chunks in dynamic shared
+// memory after the weight ring (a chunk: the float4s of x a thread stages, at most
+// ET_MMA_RING_BLOCK_BYTES a CTA), each thread copying its own x words with cp.async DX chunks
+// ahead, in the cp.async group of the first weight block of the chunk DX before (so that one
+// count of groups covers both rings), instead of loading the next chunk's x into registers
+// while the current one's MMAs run: x's latency from L2 hidden behind DX chunks of MMAs, not
+// one. With the weight ring only; not for the SiLU fold (its x is computed as it loads).
+#ifndef ET_LINEAR_MMA_XRING
+#define ET_LINEAR_MMA_XRING 0
+#endif
+static_assert(ET_LINEAR_MMA_XRING == 0 ||
+                  (ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_XRING >= 2 && ET_LINEAR_MMA_XRING <= 4),
+              "ET_LINEAR_MMA_XRING takes 0 (off) or 2 to 4 chunks, with ET_LINEAR_MMA_RING");
+
 // This thread's weight words in the pass of et_linear_mma from column p0 (its mapping: warp
 // w's tiles of 8 rows from p0 + 8 (w + warps t), t < 4; lane 4 r + q the word of row r at k
 // 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile (row 0's
@@ -1182,12 +1196,17 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     constexpr bool HINT = ET_WEIGHTS_EVICT_FIRST;
     constexpr int NT = 4, KB = MT == 1 ? 4 : 2;  // tiles a warp; blocks a chunk
     constexpr int RING = ET_LINEAR_MMA_RING;
+    // x through the ring of ET_LINEAR_MMA_XRING chunks (XR), or loaded into registers
+    constexpr int DX = EtSame<F, EtSiluFold>::value ? 0 : ET_LINEAR_MMA_XRING;
+    constexpr bool XR = DX > 0;
     static_assert(NT * 256 * 16 == ET_MMA_RING_BLOCK_BYTES, "a ring block: NT words a thread");
     static_assert(RING == 0 || NT == 4, "et_mma_copies' mapping: NT = 4");
     const unsigned long long policy = RING > 0 ? et_async_policy<HINT>() : 0ull;
     constexpr int FRAGS = KB * 2 * MT * 32, PER = FRAGS / 256;  // of a chunk; a thread's
     static_assert(FRAGS * 2 * (int)sizeof(EtWord16) <= ET_LLM_SMEM_BYTES && FRAGS % 256 == 0,
                   "a chunk's fragments fill et_llm_smem in whole rounds of the CTA");
+    static_assert(2 * PER * 256 * 16 <= ET_MMA_RING_BLOCK_BYTES,
+                  "an x chunk of the ring: at most a weight block's bytes");
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
     const int chunks = (g.k + 32 * KB - 1) / (32 * KB);
@@ -1203,17 +1222,56 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         const int mt = rest % MT, bh = rest / MT, b = bh >> 1, h = bh & 1;
         r = 16 * mt + (fl >> 2), k0 = 32 * (KB * c + b) + 8 * (fl & 3) + 4 * h;
     };
-    auto load_x = [&](int c) {
+    // this thread's x word e of fragment i (row g + 8 e) of chunk c in the x ring
+    auto x_slot = [&](int c, int i, int e) {
+        return et_async_ring() + RING * NT * 256 + ((c % (XR ? DX : 1) * PER + i) * 2 + e) * 256 +
+               (int)threadIdx.x;
+    };
+    // XR: chunk c's x words of this thread into the x ring, in the open cp.async group (none
+    // past the last chunk; zeros past the rows and k)
+    auto copy_x = [&](int c) {
+        if (c >= chunks) return;
+        const unsigned long long normal = et_async_policy<false>();
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
             int r, k0;
             frag_at(i, c, r, k0);
-            auto x4 = [&](const float* p) {
-                if constexpr (EtSame<F, EtSiluFold>::value) return et_fold_x4(p, fold);
-                else return et_load4(p);
-            };
-            xa[i][0] = r < g.rows && k0 < g.k ? x4(x + r * g.xr + k0) : zero;
-            xa[i][1] = r + 8 < g.rows && k0 < g.k ? x4(x + (r + 8) * g.xr + k0) : zero;
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const bool ok = r + 8 * e < g.rows && k0 < g.k;
+                et_async_word(x_slot(c, i, e), ok ? x + (r + 8 * e) * g.xr + k0 : x,
+                              ok ? 16 : 0, normal);
+            }
+        }
+    };
+    // chunk c's x into xa: from the x ring (XR: its group waited; the slot is refilled later
+    // by the same thread), or loaded from memory
+    auto take_x = [&](int c) {
+        if constexpr (XR) {
+            // x of chunk c >= DX came with the first weight block of chunk c - DX; the first
+            // DX chunks' in one group after the weight ring's first blocks: all waited at 0
+            if (c == 0) et_async_wait<0>();
+            else et_async_wait<KB * DX - 1>();
+#pragma unroll
+            for (int i = 0; i < PER; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    xa[i][e] = *reinterpret_cast<const float4*>(x_slot(c, i, e));
+        }
+    };
+    auto load_x = [&](int c) {
+        if constexpr (!XR) {
+#pragma unroll
+            for (int i = 0; i < PER; ++i) {
+                int r, k0;
+                frag_at(i, c, r, k0);
+                auto x4 = [&](const float* p) {
+                    if constexpr (EtSame<F, EtSiluFold>::value) return et_fold_x4(p, fold);
+                    else return et_load4(p);
+                };
+                xa[i][0] = r < g.rows && k0 < g.k ? x4(x + r * g.xr + k0) : zero;
+                xa[i][1] = r + 8 < g.rows && k0 < g.k ? x4(x + (r + 8) * g.xr + k0) : zero;
+            }
         }
         if constexpr (et_folds<F>) {
             const int t = 32 * KB * c + (int)threadIdx.x;
@@ -1313,6 +1371,10 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         } else {
             load_w(cur, 0);
         }
+        if constexpr (XR) {  // the first DX chunks of x, one group
+            for (int c = 0; c < DX; ++c) copy_x(c);
+            et_async_commit();
+        }
         load_x(0);
         // with the first weights and x in flight (the loop's first barrier publishes them)
         if constexpr (et_folds<F>)
@@ -1320,6 +1382,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         put_cw();
 #pragma unroll 1
         for (int c = 0; c < chunks; ++c) {
+            take_x(c);
             __syncthreads();  // every warp done with the fragments of the chunk before
             stage_x(c);
             __syncthreads();
@@ -1333,7 +1396,9 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 if (32 * n >= g.k) break;  // (uniform) the last chunk's end
                 EtWord16 words[NT];
                 if constexpr (RING > 0) {
-                    // into the slot of block n - 1, whose words its MMAs have taken
+                    // into the slot of block n - 1, whose words its MMAs have taken (and in
+                    // its group, the x of chunk c + DX into the slot of chunk c, taken)
+                    if (XR && b == 0) copy_x(c + DX);
                     et_mma_copy_block(copies, g, n + RING - 1, policy);
                     et_async_wait<RING - 1>();
 #pragma unroll
@@ -1657,8 +1722,9 @@ __device__ __forceinline__ bool et_early_now() {
 // of blocks (ET_LINEAR_MMA_RING; bit 2 of the knob), this thread's first
 // ET_LINEAR_MMA_RING - 1 blocks of weight words; where the body takes the one-row streaming
 // path with the ring of rounds (ET_LINEAR_ASYNC; bit 1), its first ET_LINEAR_EARLY_ROUNDS
-// rounds (the body issues the rest of the ring's); issued as that path would issue them and counted in et_async_early for the body to
-// skip. Not inlined: one copy for the early parts of every linear grid.
+// rounds (the body issues the rest of the ring's); issued as that path would issue them and
+// counted in et_async_early for the body to skip. Not inlined: one copy for the early parts
+// of every linear grid.
 template <typename W>
 __device__ __noinline__ void et_early_copies(const W* w, EtLinear g, bool mma) {
     const unsigned long long policy = et_async_policy<ET_WEIGHTS_EVICT_FIRST>();
