@@ -147,26 +147,18 @@ def gpu_tiles(config: ModelConfig, max_tokens: int) -> DecodeTiles:
 # 5.243; benchmarks/results/splits/decode_tiles_233086c_h100.md and
 # decode_tiles_down_233086c_h100.md).
 # One-row linears (B = 1) stream their weights through 2 rounds of 64 KB in shared memory
-# (ET_LINEAR_ASYNC), both issued before the task's waits (ET_LINEAR_EARLY bit 1; each step
-# refills the slot it read: 2 rounds in flight since 07d94a7, 1 before), in the
-# launches whose steps have one-row linears only (`GpuDecodeSession._one_row_linears`: the
-# ring's shared memory comes out of the SM's L1): on an H100, 1.750 / 2.324 / 4.831 to 1.706
-# / 2.370 / 4.892 ms at B = 1 / 16 / 64 where the knob also sent the tensor-core linears'
-# first blocks early, whose copies slow the attention from B = 16 (its bodies summed 18.8 to
-# 22.5 ms; benchmarks/results/splits/decode_tiles_async_2c082ff_h100.md; those early blocks
-# gained nothing on an H200 either, mma_ring/decode_tiles_73b62b0.md): bit 1 alone since.
-# With bit 1 alone the early parts still built their tile views before every linear task's
-# waits at every B: 1.697 / 2.433 / 4.970 against 1.764 / 2.352 / 4.850 ms without the ring
-# (splits/decode_tiles_async_e515a7a_h100.md), the ring without early copies 1.736 / 2.354 /
-# 4.815 (splits/decode_tiles_async_f76fe2f_h100.md): they run only in launches with the ring
-# since. 3 rounds: 1.792 ms at B = 1. Profile at B = 1 (splits/decode_trace_async_2c082ff_h100.md):
-# layer 8's q, o, gate/up and down bodies 8.5, 3.1, 22.2 and 9.1 µs instead of 10.3, 5.1,
-# 24.9 and 12.6 (splits/decode_trace_d75f873_h100.md), its attention 9.1 instead of 7.5.
-# With 2 rounds in flight: 1.595 ms at B = 1 with both rounds early, 1.666 with one, 1.743
-# with none (splits/decode_tiles_early_rounds_5ffd0c5_h100.md); the profile
-# (splits/decode_trace_rounds_07d94a7_h100.md): q, gate/up and down bodies 7.3, 19.4 and 6.9
-# µs, but the norms, residual adds and SiLU after a flood of early copies slower (the MLP's
-# norm 5.2 µs).
+# (ET_LINEAR_ASYNC; each step refills the slot it read, so both are in flight), both issued
+# before the task's waits (ET_LINEAR_EARLY bit 1), in the launches whose steps have one-row
+# linears only (`GpuDecodeSession._one_row_linears`: the ring's shared memory comes out of the
+# SM's L1). On an H100, 1.595 / 2.338 / 4.854 ms at B = 1 / 16 / 64, against 1.666 with one
+# round early and 1.743 with none (benchmarks/results/splits/
+# decode_tiles_early_rounds_5ffd0c5_h100.md); 3 rounds 1.745 ms at B = 1
+# (splits/decode_tiles_rounds_07d94a7_h100.md). The early copies speed the projections but
+# slow the small tasks between them (profile splits/decode_trace_rounds_07d94a7_h100.md: the
+# MLP's norm 5.2 µs instead of 3.5). The tensor-core linears' first blocks sent early too
+# (bit 2) slowed B = 16 and 64 (splits/decode_tiles_async_2c082ff_h100.md), and early parts
+# run in launches without the ring cost their tile views before every linear task's waits
+# (splits/decode_tiles_async_f76fe2f_h100.md).
 DECODE_KNOBS = {"ET_PREFETCH_NEXT": 0, "ET_WEIGHTS_EVICT_FIRST": 1, "ET_LINEAR_MMA": 8,
                 "ET_LINEAR_CORE_ROWS": 8, "ET_ATTN_STREAM": 16, "ET_LINEAR_MMA_RING": 4,
                 "ET_LINEAR_MMA_SPREAD": 1, "ET_DEFER_MAX": 1, "ET_LINEAR_ASYNC": 2,

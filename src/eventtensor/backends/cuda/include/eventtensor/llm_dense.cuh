@@ -1202,6 +1202,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     static_assert(NT * 256 * 16 == ET_MMA_RING_BLOCK_BYTES, "a ring block: NT words a thread");
     static_assert(RING == 0 || NT == 4, "et_mma_copies' mapping: NT = 4");
     const unsigned long long policy = RING > 0 ? et_async_policy<HINT>() : 0ull;
+    const unsigned long long x_policy = XR ? et_async_policy<false>() : 0ull;  // (x is reread)
     constexpr int FRAGS = KB * 2 * MT * 32, PER = FRAGS / 256;  // of a chunk; a thread's
     static_assert(FRAGS * 2 * (int)sizeof(EtWord16) <= ET_LLM_SMEM_BYTES && FRAGS % 256 == 0,
                   "a chunk's fragments fill et_llm_smem in whole rounds of the CTA");
@@ -1231,7 +1232,6 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     // past the last chunk; zeros past the rows and k)
     auto copy_x = [&](int c) {
         if (c >= chunks) return;
-        const unsigned long long normal = et_async_policy<false>();
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
             int r, k0;
@@ -1240,7 +1240,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             for (int e = 0; e < 2; ++e) {
                 const bool ok = r + 8 * e < g.rows && k0 < g.k;
                 et_async_word(x_slot(c, i, e), ok ? x + (r + 8 * e) * g.xr + k0 : x,
-                              ok ? 16 : 0, normal);
+                              ok ? 16 : 0, x_policy);
             }
         }
     };
@@ -1361,13 +1361,12 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         };
         EtWord16 cur[RING > 0 ? 1 : KB][NT], nxt[RING > 0 ? 1 : KB][NT] = {};  // no ring
         if constexpr (RING > 0) {  // the first RING - 1 blocks (issued early, or now)
-            bool early = false;
+            int early = 0;
             if constexpr (ET_LINEAR_EARLY) {
-                early = et_async_early() != 0;
+                early = et_async_early();
                 et_async_early() = 0;
             }
-            if (!early)
-                for (int n = 0; n < RING - 1; ++n) et_mma_copy_block(copies, g, n, policy);
+            for (int n = early; n < RING - 1; ++n) et_mma_copy_block(copies, g, n, policy);
         } else {
             load_w(cur, 0);
         }
