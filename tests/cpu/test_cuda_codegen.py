@@ -103,6 +103,21 @@ def test_dump_writes_every_stage(tmp_path, monkeypatch):
     assert b".visible .entry" in ptx and b"\0" not in ptx  # ptxas takes the file as it is
 
 
+def test_extra_nvrtc_options_reach_nvrtc_and_the_cache_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVENTTENSOR_CACHE", str(tmp_path))
+    p = program_for("splitk_rowsum", "static")
+    source, name = generate(p, "static"), kernel_name(p, "static")
+    monkeypatch.setenv("EVENTTENSOR_NVRTC_OPTIONS", "--no-such-option")
+    with pytest.raises(CompileError, match="no-such-option"):
+        compile_source(source, name)
+    monkeypatch.setenv("EVENTTENSOR_NVRTC_OPTIONS", "--split-compile=2  -DET_UNUSED_FLAG=1")
+    split = compile_source(source, name)
+    monkeypatch.delenv("EVENTTENSOR_NVRTC_OPTIONS")
+    plain = compile_source(source, name)
+    assert not split.cached and not plain.cached  # different options, different cubins
+    assert len(list(tmp_path.glob("*.cubin"))) == 2
+
+
 def test_random_programs_compile():
     import sys
     from pathlib import Path

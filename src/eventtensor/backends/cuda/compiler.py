@@ -2,7 +2,9 @@
 
 Cubins are cached on disk, keyed by a hash of the source, the options, the architecture and
 the package version; writes are atomic (temporary file, then rename) under a file lock. With
-EVENTTENSOR_DUMP=<folder>, every compile writes the .cu source, the PTX and the cubin there.
+EVENTTENSOR_DUMP=<folder>, every compile writes the .cu source, the PTX and the cubin there;
+EVENTTENSOR_NVRTC_OPTIONS adds NVRTC options (split like a shell command line) to every
+compile, e.g. "--split-compile=0" (NVVM's optimizer on every CPU).
 NVRTC needs no GPU, so CI compiles every generated kernel.
 """
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shlex
 import tempfile
 import time
 from collections.abc import Sequence
@@ -51,7 +54,8 @@ def _options(arch: str, fast_compile: str | None = None) -> list[bytes]:
                          f"got {fast_compile!r}")
     return [f"--gpu-architecture={arch}".encode(), f"-I{INCLUDE}".encode(), b"-std=c++17",
             b"--use_fast_math", b"-default-device", b"-lineinfo",
-            *([f"--Ofast-compile={fast_compile}".encode()] if fast_compile else [])]
+            *([f"--Ofast-compile={fast_compile}".encode()] if fast_compile else []),
+            *map(str.encode, shlex.split(os.environ.get("EVENTTENSOR_NVRTC_OPTIONS", "")))]
 
 
 def compile_source(source: str, name: str, arch: str = ARCH,
