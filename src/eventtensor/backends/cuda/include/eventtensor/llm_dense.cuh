@@ -1124,6 +1124,12 @@ static_assert(ET_LINEAR_MMA_XRING == 0 ||
                   (ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_XRING >= 2 && ET_LINEAR_MMA_XRING <= 4),
               "ET_LINEAR_MMA_XRING takes 0 (off) or 2 to 4 chunks, with ET_LINEAR_MMA_RING");
 
+// A compile-time int as a value (of a generic lambda's argument).
+template <int N>
+struct EtConst {
+    static constexpr int value = N;
+};
+
 // This thread's weight words in the pass of et_linear_mma from column p0 (its mapping: warp
 // w's tiles of 8 rows from p0 + 8 (w + warps t), t < 4; lane 4 r + q the word of row r at k
 // 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile (row 0's
@@ -1331,7 +1337,15 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 }
         };
         float acc[MT][NT][4] = {};
-        auto mma_block = [&](const EtWord16 (&words)[NT], int b) {  // block b of the chunk
+        // the warp's tiles with columns: the first `live` (warp-uniform), so that a block's
+        // MMAs run unpredicated in an instance for that count (a predicated mma.sync costs
+        // a warp sync and splits the scheduling, so that the fragments' shared loads could
+        // not go ahead of the MMAs before them)
+        int live = 0;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) live += tile[t];
+        auto mma_block = [&](const EtWord16 (&words)[NT], int b, auto tiles) {
+            constexpr int LIVE = decltype(tiles)::value;  // block b of the chunk, LIVE tiles
             // the hi (part 0) and lo (part 1) MMAs of each accumulator: back to back, or
             // with ET_LINEAR_MMA_SPREAD every accumulator's hi MMA, then the lo ones
             constexpr int PARTS = ET_LINEAR_MMA_LO ? 2 : 1;
@@ -1350,8 +1364,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
 #pragma unroll
                     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                        for (int t = 0; t < NT; ++t) {
-                            if (!tile[t]) continue;
+                        for (int t = 0; t < LIVE; ++t) {
                             const unsigned bw[2] = {words[t].u[2 * h], words[t].u[2 * h + 1]};
 #pragma unroll
                             for (int pi = 0; pi < INNER; ++pi)
@@ -1407,7 +1420,14 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
 #pragma unroll
                     for (int t = 0; t < NT; ++t) words[t] = cur[b][t];
                 }
-                mma_block(words, b);
+                static_assert(NT == 4, "a case for every count of live tiles");
+                switch (live) {  // (the same for every block of the pass)
+                    case 4: mma_block(words, b, EtConst<4>{}); break;
+                    case 3: mma_block(words, b, EtConst<3>{}); break;
+                    case 2: mma_block(words, b, EtConst<2>{}); break;
+                    case 1: mma_block(words, b, EtConst<1>{}); break;
+                    default: break;  // (a warp past the columns)
+                }
             }
             if constexpr (RING == 0)
 #pragma unroll
