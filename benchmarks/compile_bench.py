@@ -65,14 +65,17 @@ def child(model: str, max_batch: int, max_context: int, num_ctas: int,
 
 
 def run_child(args, cache: str, batches: list[int], fast_compile: str | None) -> dict:
-    """`child` in a fresh interpreter with cache folder `cache`; adds its process's wall."""
+    """`child` in a fresh interpreter with cache folder `cache`; adds its process's wall.
+    NVRTC's own cache (CUDA 12.9+, kept by the driver where there is one) is off, so that a
+    cold build compiles whatever this machine compiled before."""
     t0 = time.perf_counter()
     out = subprocess.run(
         [sys.executable, __file__, "--child", "--model", args.model,
          "--max-batch", str(args.max_batch), "--max-context", str(args.max_context),
          "--num-ctas", str(args.num_ctas), "--batches", ",".join(map(str, batches)),
          *(["--fast-compile", fast_compile] if fast_compile else [])],
-        capture_output=True, text=True, env={**os.environ, "EVENTTENSOR_CACHE": cache})
+        capture_output=True, text=True,
+        env={**os.environ, "EVENTTENSOR_CACHE": cache, "CUDA_CACHE_DISABLE": "1"})
     if out.returncode:
         raise SystemExit(f"compile_bench child failed:\n{out.stderr}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
