@@ -1117,6 +1117,8 @@ static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_M
 // count of groups covers both rings), instead of loading the next chunk's x into registers
 // while the current one's MMAs run: x's latency from L2 hidden behind DX chunks of MMAs, not
 // one. With the weight ring only; not for the SiLU fold (its x is computed as it loads).
+// Off by default: slower on an H100 (benchmarks/results/splits/
+// decode_tiles_variants_0adcb59_h100.md).
 #ifndef ET_LINEAR_MMA_XRING
 #define ET_LINEAR_MMA_XRING 0
 #endif
