@@ -1339,10 +1339,9 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 }
         };
         float acc[MT][NT][4] = {};
-        // the warp's tiles with columns: the first `live` (warp-uniform), so that a block's
-        // MMAs run unpredicated in an instance for that count (a predicated mma.sync costs
-        // a warp sync and splits the scheduling, so that the fragments' shared loads could
-        // not go ahead of the MMAs before them)
+        // the warp's tiles with columns: the first `live` (warp-uniform: a tile's first
+        // column grows with t), so that a block's MMAs run unpredicated, in an instance for
+        // that count (a predicated mma.sync costs a warp sync each)
         int live = 0;
 #pragma unroll
         for (int t = 0; t < NT; ++t) live += tile[t];
