@@ -188,6 +188,22 @@ def test_mma_x_ring_takes_its_chunks_after_the_weight_ring():
         p, "static", knobs={"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_XRING": 2})
 
 
+def test_mma_k_split_needs_the_weight_ring_and_not_the_x_ring():
+    """ET_LINEAR_MMA_KSPLIT: 1 (off) or 2 groups of warps, with ET_LINEAR_MMA_RING (each
+    thread copies its own blocks) and without ET_LINEAR_MMA_XRING; refused by name else."""
+    _, p = decode_program("tiny-llama", layers=1)
+    for knobs in ({"ET_LINEAR_MMA_KSPLIT": 2}, {"ET_LINEAR_MMA_KSPLIT": 4,
+                                                "ET_LINEAR_MMA_RING": 4},
+                  {"ET_LINEAR_MMA_KSPLIT": 2, "ET_LINEAR_MMA_RING": 4,
+                   "ET_LINEAR_MMA_XRING": 2}):
+        with pytest.raises(ValueError, match=f"knob ET_LINEAR_MMA_KSPLIT="
+                                             f"{knobs['ET_LINEAR_MMA_KSPLIT']}: the tensor-core "
+                                             "linear's warps split k in 1"):
+            generate(p, "static", knobs=knobs)
+    assert "#define ET_LINEAR_MMA_KSPLIT 2" in generate(
+        p, "static", knobs={"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_KSPLIT": 2})
+
+
 @pytest.mark.parametrize("knobs", [{"ET_PREFETCH_BYTES": 262144}, {"ET_STAGE_BYTES": 131072},
                                    {"ET_PREFETCH_NEXT": 0, "ET_PREFETCH_OWN": 1},
                                    {"ET_LINEAR_MMA": 8}, {"ET_LINEAR_ASYNC": 3},

@@ -30,7 +30,7 @@ KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_POLL_BATCH", "ET_S
          "ET_PREFETCH_OWN", "ET_PREFETCH_BULK", "ET_LINEAR_MMA", "ET_LINEAR_MMA_LO",
          "ET_LINEAR_MMA_SPREAD", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY",
          "ET_LINEAR_MMA_RING", "ET_ATTN_STREAM", "ET_LINEAR_EARLY_ROUNDS",
-         "ET_LINEAR_MMA_XRING")
+         "ET_LINEAR_MMA_XRING", "ET_LINEAR_MMA_KSPLIT")
 # task kinds with an early part, run before their waits where ET_LINEAR_EARLY is set
 # (llm_dense.cuh et_early_<kind>, the body's arguments)
 EARLY_KINDS = ("linear_partial",)
@@ -328,6 +328,11 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                          f"x takes {MMA_XRING_CHUNKS[0]} to {MMA_XRING_CHUNKS[-1]} chunks of "
                          f"{MMA_RING_BLOCK_BYTES} bytes (0: none) after the ring of weight "
                          f"blocks (ET_LINEAR_MMA_RING), at most {room} bytes for both")
+    ksplit = knobs.get("ET_LINEAR_MMA_KSPLIT", 1)
+    if ksplit not in (1, 2) or (ksplit == 2 and (not blocks or xring)):
+        raise ValueError(f"knob ET_LINEAR_MMA_KSPLIT={ksplit}: the tensor-core linear's warps "
+                         "split k in 1 (off) or 2 groups, with the ring of weight blocks "
+                         "(ET_LINEAR_MMA_RING) and without the ring of x (ET_LINEAR_MMA_XRING)")
     early = knobs.get("ET_LINEAR_EARLY", 0)
     if early not in (0, 1, 2, 3) or (early & 1 and not rounds) or (early & 2 and not blocks):
         raise ValueError(f"knob ET_LINEAR_EARLY={early}: the early weight copies go to the "

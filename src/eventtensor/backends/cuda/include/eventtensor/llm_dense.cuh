@@ -1126,53 +1126,74 @@ static_assert(ET_LINEAR_MMA_XRING == 0 ||
                   (ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_XRING >= 2 && ET_LINEAR_MMA_XRING <= 4),
               "ET_LINEAR_MMA_XRING takes 0 (off) or 2 to 4 chunks, with ET_LINEAR_MMA_RING");
 
+// ET_LINEAR_MMA_KSPLIT = G (1: off; 2): the tensor-core linear's warps in G groups of
+// warps / G, group kg on the blocks kg, kg + G, ... of k (of every chunk: KB a multiple of G)
+// for the columns of a pass of warps / G warps, the groups' accumulators summed through
+// et_llm_smem at the end of the pass: a warp's x fragments go to all of its 4 column tiles
+// where a task has fewer columns than a pass of all the warps, at G times fewer of them
+// loaded a CTA. With the weight ring only (each thread copies its own blocks), not with the
+// x ring.
+#ifndef ET_LINEAR_MMA_KSPLIT
+#define ET_LINEAR_MMA_KSPLIT 1
+#endif
+static_assert(ET_LINEAR_MMA_KSPLIT == 1 ||
+                  (ET_LINEAR_MMA_KSPLIT == 2 && ET_LINEAR_MMA_RING > 0 && !ET_LINEAR_MMA_XRING),
+              "ET_LINEAR_MMA_KSPLIT takes 1 (off) or 2, with ET_LINEAR_MMA_RING and without "
+              "ET_LINEAR_MMA_XRING");
+
 // A compile-time int as a value (of a generic lambda's argument).
 template <int N>
 struct EtConst {
     static constexpr int value = N;
 };
 
-// This thread's weight words in the pass of et_linear_mma from column p0 (its mapping: warp
-// w's tiles of 8 rows from p0 + 8 (w + warps t), t < 4; lane 4 r + q the word of row r at k
-// 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile (row 0's
-// for a row past the columns, which reads as zeros: `live` false), which tiles have columns
-// (warp-uniform) and the thread's first word of the ring of ET_LINEAR_MMA_RING blocks (word
-// t of block n at ring[(n % RING * 4 + t) * 256]).
+// This thread's weight words in the pass of et_linear_mma from column p0 (its mapping, with
+// W = warps / ET_LINEAR_MMA_KSPLIT warps a group: warp w's tiles of 8 rows from
+// p0 + 8 (w % W + W t), t < 4, on the blocks of group kg = w / W; lane 4 r + q the word of
+// row r at k 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile
+// (row 0's for a row past the columns, which reads as zeros: `live` false), which tiles have
+// columns (warp-uniform), the warp's group and the thread's first word of the ring of
+// ET_LINEAR_MMA_RING blocks (word t of the thread's i-th block at
+// ring[(i % RING * 4 + t) * 256]).
 struct EtMmaCopies {
     const et_bf16* src[4];
     bool live[4], tile[4];
+    int kg;
     EtWord16* ring;
 };
 __device__ __forceinline__ EtMmaCopies et_mma_copies(const et_bf16* w, const EtLinear& g,
                                                      int p0) {
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int warps = (int)blockDim.x >> 5;
+    const int group_warps = ((int)blockDim.x >> 5) / ET_LINEAR_MMA_KSPLIT;
     EtMmaCopies c;
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-        const int c0 = p0 + 8 * (warp + warps * t), j = c0 + (lane >> 2);
+        const int c0 = p0 + 8 * (warp % group_warps + group_warps * t), j = c0 + (lane >> 2);
         c.tile[t] = c0 < g.cols;
         c.live[t] = j < g.cols;
         c.src[t] = w + (long long)(c.live[t] ? j : 0) * g.wr + 8 * (lane & 3);
     }
+    c.kg = warp / group_warps;
     c.ring = et_async_ring() + (int)threadIdx.x;
     return c;
 }
 
-// This thread's word t of block n in the ring.
-__device__ __forceinline__ EtWord16* et_mma_ring_word(const EtMmaCopies& c, int n, int t) {
+// This thread's word t of its i-th block in the ring.
+__device__ __forceinline__ EtWord16* et_mma_ring_word(const EtMmaCopies& c, int i, int t) {
     constexpr int RING = ET_LINEAR_MMA_RING > 0 ? ET_LINEAR_MMA_RING : 1;
-    return c.ring + (n % RING * 4 + t) * 256;
+    return c.ring + (i % RING * 4 + t) * 256;
 }
 
-// Block n of this thread's weight words into the ring, one cp.async group: zeros for rows
-// past the columns, no copy for tiles past them or a block past k (an empty group).
+// This thread's i-th block (block ET_LINEAR_MMA_KSPLIT i + kg) of weight words into the ring,
+// one cp.async group: zeros for rows past the columns, no copy for tiles past them or a
+// block past k (an empty group).
 __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const EtLinear& g,
-                                                  int n, unsigned long long policy) {
+                                                  int i, unsigned long long policy) {
+    const int n = ET_LINEAR_MMA_KSPLIT * i + c.kg;
 #pragma unroll
     for (int t = 0; t < 4; ++t)
         if (c.tile[t] && 32 * n < g.k)
-            et_async_word(et_mma_ring_word(c, n, t), c.src[t] + 32 * n, c.live[t] ? 16 : 0,
+            et_async_word(et_mma_ring_word(c, i, t), c.src[t] + 32 * n, c.live[t] ? 16 : 0,
                           policy);
     et_async_commit();
 }
@@ -1184,8 +1205,10 @@ __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const Et
 // free of bank conflicts), and every warp takes its fragments with two 16-byte shared loads
 // instead of loading and splitting x itself. Warp w
 // takes the column tiles of 8 weight rows w, w + warps, ... (NT of them, a pass; more columns
-// go in further passes); per block of 32 of k, lane l = 4 g + q loads, of each tile, the
-// 16-byte word of weight row g at k 8q .. 8q + 7 (a warp: 8 rows x 64 contiguous bytes) and
+// go in further passes; with ET_LINEAR_MMA_KSPLIT, w % W, w % W + W, ... for groups of W
+// warps, each group on its own blocks of k); per block of 32 of k, lane l = 4 g + q loads,
+// of each tile, the 16-byte word of weight row g at k 8q .. 8q + 7 (a warp: 8 rows x 64
+// contiguous bytes) and
 // runs two MMAs per 16 rows of x, the first on the word's k 8q .. 8q + 3, the second on
 // 8q + 4 .. 8q + 7: the MMA's k index kk stands for the block's k 8q + 4h + 2 (kk / 8) +
 // kk % 2 (q = kk % 8 / 2) in both operands, so A's registers are the float4 of x rows g,
@@ -1218,6 +1241,10 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                   "an x chunk of the ring: at most a weight block's bytes");
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
+    // ET_LINEAR_MMA_KSPLIT: G groups of W warps, group kg on the blocks kg, kg + G, ...
+    constexpr int G = ET_LINEAR_MMA_KSPLIT;
+    static_assert(KB % G == 0, "every group takes the same blocks of each chunk");
+    const int W = warps / G, wl = warp % W, kg = warp / W;
     const int chunks = (g.k + 32 * KB - 1) / (32 * KB);
     EtWord16* const frag_hi = reinterpret_cast<EtWord16*>(et_llm_smem());
     EtWord16* const frag_lo = frag_hi + FRAGS;
@@ -1324,7 +1351,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         }
     };
 #pragma unroll 1
-    for (int p0 = 0; p0 < g.cols; p0 += 8 * NT * warps) {
+    for (int p0 = 0; p0 < g.cols; p0 += 8 * NT * W) {
         const EtMmaCopies copies = et_mma_copies(w, g, p0);  // this lane's weight rows
         const bool* const tile = copies.tile;
         auto load_w = [&](EtWord16 (&words)[KB][NT], int c) {
@@ -1407,16 +1434,19 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
             for (int b = 0; b < KB; ++b) {
                 const int n = KB * c + b;
                 if (32 * n >= g.k) break;  // (uniform) the last chunk's end
+                if (b % G != kg) continue;  // (warp-uniform) another group's block
                 EtWord16 words[NT];
                 if constexpr (RING > 0) {
-                    // into the slot of block n - 1, whose words its MMAs have taken (and in
-                    // its group, the x of chunk c + DX into the slot of chunk c, taken)
+                    // the thread's i-th block; into the slot of its block before, whose words
+                    // its MMAs have taken (and in its group, the x of chunk c + DX into the
+                    // slot of chunk c, taken)
+                    const int i = n / G;
                     if (XR && b == 0) copy_x(c + DX);
-                    et_mma_copy_block(copies, g, n + RING - 1, policy);
+                    et_mma_copy_block(copies, g, i + RING - 1, policy);
                     et_async_wait<RING - 1>();
 #pragma unroll
                     for (int t = 0; t < NT; ++t)
-                        words[t] = tile[t] ? *et_mma_ring_word(copies, n, t) : EtWord16{};
+                        words[t] = tile[t] ? *et_mma_ring_word(copies, i, t) : EtWord16{};
                 } else {
 #pragma unroll
                     for (int t = 0; t < NT; ++t) words[t] = cur[b][t];
@@ -1437,17 +1467,37 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                     for (int t = 0; t < NT; ++t) cur[b][t] = nxt[b][t];
             if (c + 1 < chunks) put_cw();  // (every thread read this chunk's: the barrier)
         }
+        if constexpr (G == 2) {  // group 1's sums into group 0's, a row tile at a time
+            float* const sums = et_llm_smem();  // [NT * 4][W * 32]
+            static_assert(NT * 4 * 128 * sizeof(float) <= ET_LLM_SMEM_BYTES,
+                          "a row tile's sums of a group of 128 threads fit");
+            const int me = wl * 32 + lane;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt) {
+                __syncthreads();  // the fragments, or the sums before, read
+                if (kg == 1)
 #pragma unroll
-            for (int t = 0; t < NT; ++t)
+                    for (int e = 0; e < NT * 4; ++e)
+                        sums[e * W * 32 + me] = acc[mt][e / 4][e % 4];
+                __syncthreads();
+                if (kg == 0)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int r = 16 * mt + gr + 8 * (i >> 1);
-                    const int c = p0 + 8 * (warp + warps * t) + 2 * q + (i & 1);
-                    if (r < g.rows && c < g.cols)
-                        out[r * g.dr + c * g.dc] = et_from_float<O>(acc[mt][t][i]);
-                }
+                    for (int e = 0; e < NT * 4; ++e)
+                        acc[mt][e / 4][e % 4] += sums[e * W * 32 + me];
+            }
+        }
+        if (kg == 0)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int t = 0; t < NT; ++t)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const int r = 16 * mt + gr + 8 * (i >> 1);
+                        const int c = p0 + 8 * (wl + W * t) + 2 * q + (i & 1);
+                        if (r < g.rows && c < g.cols)
+                            out[r * g.dr + c * g.dc] = et_from_float<O>(acc[mt][t][i]);
+                    }
     }
 }
 
