@@ -1126,13 +1126,14 @@ static_assert(ET_LINEAR_MMA_XRING == 0 ||
                   (ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_XRING >= 2 && ET_LINEAR_MMA_XRING <= 4),
               "ET_LINEAR_MMA_XRING takes 0 (off) or 2 to 4 chunks, with ET_LINEAR_MMA_RING");
 
-// ET_LINEAR_MMA_KSPLIT = G (1: off; 2): the tensor-core linear's warps in G groups of
-// warps / G, group kg on the blocks kg, kg + G, ... of k (of every chunk: KB a multiple of G)
-// for the columns of a pass of warps / G warps, the groups' accumulators summed through
-// et_llm_smem at the end of the pass: a warp's x fragments go to all of its 4 column tiles
-// where a task has fewer columns than a pass of all the warps, at G times fewer of them
-// loaded a CTA. With the weight ring only (each thread copies its own blocks), not with the
-// x ring.
+// ET_LINEAR_MMA_KSPLIT = 2 (1: off): a tensor-core linear task with at most half a pass's
+// columns (et_mma_groups) puts its warps in G = 2 groups of warps / G, group kg on the blocks
+// kg, kg + G, ... of k (of every chunk: KB a multiple of G) for the columns of a pass of
+// warps / G warps, the groups' accumulators summed through et_llm_smem at the end of the
+// pass: a warp's x fragments go to all of its 4 column tiles instead of at most 2, and the
+// CTA loads them G times less often. Wider tasks keep one group (G = 1): two passes would
+// stage x twice. With the weight ring only (each thread copies its own blocks), not with
+// the x ring.
 #ifndef ET_LINEAR_MMA_KSPLIT
 #define ET_LINEAR_MMA_KSPLIT 1
 #endif
@@ -1147,8 +1148,14 @@ struct EtConst {
     static constexpr int value = N;
 };
 
+// The groups of warps of et_linear_mma's task of g (ET_LINEAR_MMA_KSPLIT): 2 where its
+// columns fit a pass of half the warps (4 tiles of 8 columns a warp), else 1.
+__device__ __forceinline__ int et_mma_groups(const EtLinear& g) {
+    return ET_LINEAR_MMA_KSPLIT == 2 && g.cols <= 16 * ((int)blockDim.x >> 5) ? 2 : 1;
+}
+
 // This thread's weight words in the pass of et_linear_mma from column p0 (its mapping, with
-// W = warps / ET_LINEAR_MMA_KSPLIT warps a group: warp w's tiles of 8 rows from
+// W = warps / G warps a group (G = et_mma_groups): warp w's tiles of 8 rows from
 // p0 + 8 (w % W + W t), t < 4, on the blocks of group kg = w / W; lane 4 r + q the word of
 // row r at k 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile
 // (row 0's for a row past the columns, which reads as zeros: `live` false), which tiles have
@@ -1158,13 +1165,13 @@ struct EtConst {
 struct EtMmaCopies {
     const et_bf16* src[4];
     bool live[4], tile[4];
-    int kg;
+    int groups, kg;
     EtWord16* ring;
 };
 __device__ __forceinline__ EtMmaCopies et_mma_copies(const et_bf16* w, const EtLinear& g,
                                                      int p0) {
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int group_warps = ((int)blockDim.x >> 5) / ET_LINEAR_MMA_KSPLIT;
+    const int groups = et_mma_groups(g), group_warps = ((int)blockDim.x >> 5) / groups;
     EtMmaCopies c;
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
@@ -1173,6 +1180,7 @@ __device__ __forceinline__ EtMmaCopies et_mma_copies(const et_bf16* w, const EtL
         c.live[t] = j < g.cols;
         c.src[t] = w + (long long)(c.live[t] ? j : 0) * g.wr + 8 * (lane & 3);
     }
+    c.groups = groups;
     c.kg = warp / group_warps;
     c.ring = et_async_ring() + (int)threadIdx.x;
     return c;
@@ -1184,12 +1192,12 @@ __device__ __forceinline__ EtWord16* et_mma_ring_word(const EtMmaCopies& c, int 
     return c.ring + (i % RING * 4 + t) * 256;
 }
 
-// This thread's i-th block (block ET_LINEAR_MMA_KSPLIT i + kg) of weight words into the ring,
+// This thread's i-th block (block G i + kg) of weight words into the ring,
 // one cp.async group: zeros for rows past the columns, no copy for tiles past them or a
 // block past k (an empty group).
 __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const EtLinear& g,
                                                   int i, unsigned long long policy) {
-    const int n = ET_LINEAR_MMA_KSPLIT * i + c.kg;
+    const int n = c.groups * i + c.kg;
 #pragma unroll
     for (int t = 0; t < 4; ++t)
         if (c.tile[t] && 32 * n < g.k)
@@ -1242,9 +1250,8 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
     // ET_LINEAR_MMA_KSPLIT: G groups of W warps, group kg on the blocks kg, kg + G, ...
-    constexpr int G = ET_LINEAR_MMA_KSPLIT;
-    static_assert(KB % G == 0, "every group takes the same blocks of each chunk");
-    const int W = warps / G, wl = warp % W, kg = warp / W;
+    static_assert(KB % ET_LINEAR_MMA_KSPLIT == 0, "every group takes the same blocks a chunk");
+    const int G = et_mma_groups(g), W = warps / G, wl = warp % W, kg = warp / W;
     const int chunks = (g.k + 32 * KB - 1) / (32 * KB);
     EtWord16* const frag_hi = reinterpret_cast<EtWord16*>(et_llm_smem());
     EtWord16* const frag_lo = frag_hi + FRAGS;
@@ -1440,7 +1447,7 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                     // the thread's i-th block; into the slot of its block before, whose words
                     // its MMAs have taken (and in its group, the x of chunk c + DX into the
                     // slot of chunk c, taken)
-                    const int i = n / G;
+                    const int i = n >> (G - 1);  // (n / G)
                     if (XR && b == 0) copy_x(c + DX);
                     et_mma_copy_block(copies, g, i + RING - 1, policy);
                     et_async_wait<RING - 1>();
@@ -1467,7 +1474,8 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                     for (int t = 0; t < NT; ++t) cur[b][t] = nxt[b][t];
             if (c + 1 < chunks) put_cw();  // (every thread read this chunk's: the barrier)
         }
-        if constexpr (G == 2) {  // group 1's sums into group 0's, a row tile at a time
+        // (uniform) group 1's sums into group 0's, a row tile at a time
+        if (ET_LINEAR_MMA_KSPLIT == 2 && G == 2) {
             float* const sums = et_llm_smem();  // [NT * 4][W * 32]
             static_assert(NT * 4 * 128 * sizeof(float) <= ET_LLM_SMEM_BYTES,
                           "a row tile's sums of a group of 128 threads fit");
