@@ -1175,13 +1175,14 @@ __device__ __forceinline__ EtMmaCopies et_mma_copies(const et_bf16* w, const EtL
     EtMmaCopies c;
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-        const int c0 = p0 + 8 * (warp % group_warps + group_warps * t), j = c0 + (lane >> 2);
+        const int wl = ET_LINEAR_MMA_KSPLIT == 1 ? warp : warp % group_warps;
+        const int c0 = p0 + 8 * (wl + group_warps * t), j = c0 + (lane >> 2);
         c.tile[t] = c0 < g.cols;
         c.live[t] = j < g.cols;
         c.src[t] = w + (long long)(c.live[t] ? j : 0) * g.wr + 8 * (lane & 3);
     }
     c.groups = groups;
-    c.kg = warp / group_warps;
+    c.kg = ET_LINEAR_MMA_KSPLIT == 1 ? 0 : warp / group_warps;
     c.ring = et_async_ring() + (int)threadIdx.x;
     return c;
 }
@@ -1251,7 +1252,9 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
     // ET_LINEAR_MMA_KSPLIT: G groups of W warps, group kg on the blocks kg, kg + G, ...
     static_assert(KB % ET_LINEAR_MMA_KSPLIT == 0, "every group takes the same blocks a chunk");
-    const int G = et_mma_groups(g), W = warps / G, wl = warp % W, kg = warp / W;
+    const int G = et_mma_groups(g), W = warps / G;
+    const int wl = ET_LINEAR_MMA_KSPLIT == 1 ? warp : warp % W;  // (without the knob: known
+    const int kg = ET_LINEAR_MMA_KSPLIT == 1 ? 0 : warp / W;      // at compile time)
     const int chunks = (g.k + 32 * KB - 1) / (32 * KB);
     EtWord16* const frag_hi = reinterpret_cast<EtWord16*>(et_llm_smem());
     EtWord16* const frag_lo = frag_hi + FRAGS;
