@@ -1148,14 +1148,25 @@ struct EtConst {
     static constexpr int value = N;
 };
 
-// The groups of warps of et_linear_mma's task of g (ET_LINEAR_MMA_KSPLIT): 2 where its
-// columns fit a pass of half the warps (4 tiles of 8 columns a warp), else 1.
-__device__ __forceinline__ int et_mma_groups(const EtLinear& g) {
-    return ET_LINEAR_MMA_KSPLIT == 2 && g.cols <= 16 * ((int)blockDim.x >> 5) ? 2 : 1;
+// This warp's place in et_linear_mma's task of g (ET_LINEAR_MMA_KSPLIT): the groups of
+// warps, 2 where the columns fit a pass of half the warps (4 tiles of 8 columns a warp), else
+// 1; the warps a group; the warp's slot in its group and its group (without the knob: known
+// at compile time).
+struct EtMmaGroup {
+    int groups, warps, slot, kg;
+};
+__device__ __forceinline__ EtMmaGroup et_mma_group(const EtLinear& g) {
+    const int warp = (int)threadIdx.x >> 5, warps = (int)blockDim.x >> 5;
+    EtMmaGroup m;
+    m.groups = ET_LINEAR_MMA_KSPLIT == 2 && g.cols <= 16 * warps ? 2 : 1;
+    m.warps = warps / m.groups;
+    m.slot = ET_LINEAR_MMA_KSPLIT == 1 ? warp : warp % m.warps;
+    m.kg = ET_LINEAR_MMA_KSPLIT == 1 ? 0 : warp / m.warps;
+    return m;
 }
 
 // This thread's weight words in the pass of et_linear_mma from column p0 (its mapping, with
-// W = warps / G warps a group (G = et_mma_groups): warp w's tiles of 8 rows from
+// W = warps / G warps a group (et_mma_group): warp w's tiles of 8 rows from
 // p0 + 8 (w % W + W t), t < 4, on the blocks of group kg = w / W; lane 4 r + q the word of
 // row r at k 32 n + 8 q in block n), worked out once a pass: the word of block 0 of each tile
 // (row 0's for a row past the columns, which reads as zeros: `live` false), which tiles have
@@ -1165,24 +1176,21 @@ __device__ __forceinline__ int et_mma_groups(const EtLinear& g) {
 struct EtMmaCopies {
     const et_bf16* src[4];
     bool live[4], tile[4];
-    int groups, kg;
+    EtMmaGroup grp;
     EtWord16* ring;
 };
 __device__ __forceinline__ EtMmaCopies et_mma_copies(const et_bf16* w, const EtLinear& g,
                                                      int p0) {
-    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int groups = et_mma_groups(g), group_warps = ((int)blockDim.x >> 5) / groups;
+    const int lane = (int)threadIdx.x & 31;
     EtMmaCopies c;
+    c.grp = et_mma_group(g);
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-        const int wl = ET_LINEAR_MMA_KSPLIT == 1 ? warp : warp % group_warps;
-        const int c0 = p0 + 8 * (wl + group_warps * t), j = c0 + (lane >> 2);
+        const int c0 = p0 + 8 * (c.grp.slot + c.grp.warps * t), j = c0 + (lane >> 2);
         c.tile[t] = c0 < g.cols;
         c.live[t] = j < g.cols;
         c.src[t] = w + (long long)(c.live[t] ? j : 0) * g.wr + 8 * (lane & 3);
     }
-    c.groups = groups;
-    c.kg = ET_LINEAR_MMA_KSPLIT == 1 ? 0 : warp / group_warps;
     c.ring = et_async_ring() + (int)threadIdx.x;
     return c;
 }
@@ -1198,7 +1206,7 @@ __device__ __forceinline__ EtWord16* et_mma_ring_word(const EtMmaCopies& c, int 
 // block past k (an empty group).
 __device__ __forceinline__ void et_mma_copy_block(const EtMmaCopies& c, const EtLinear& g,
                                                   int i, unsigned long long policy) {
-    const int n = c.groups * i + c.kg;
+    const int n = c.grp.groups * i + c.grp.kg;
 #pragma unroll
     for (int t = 0; t < 4; ++t)
         if (c.tile[t] && 32 * n < g.k)
@@ -1248,13 +1256,11 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                   "a chunk's fragments fill et_llm_smem in whole rounds of the CTA");
     static_assert(2 * PER * 256 * 16 <= ET_MMA_RING_BLOCK_BYTES,
                   "an x chunk of the ring: at most a weight block's bytes");
-    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int gr = lane >> 2, q = lane & 3, warps = (int)blockDim.x >> 5;
+    const int lane = (int)threadIdx.x & 31, gr = lane >> 2, q = lane & 3;
     // ET_LINEAR_MMA_KSPLIT: G groups of W warps, group kg on the blocks kg, kg + G, ...
     static_assert(KB % ET_LINEAR_MMA_KSPLIT == 0, "every group takes the same blocks a chunk");
-    const int G = et_mma_groups(g), W = warps / G;
-    const int wl = ET_LINEAR_MMA_KSPLIT == 1 ? warp : warp % W;  // (without the knob: known
-    const int kg = ET_LINEAR_MMA_KSPLIT == 1 ? 0 : warp / W;      // at compile time)
+    const EtMmaGroup grp = et_mma_group(g);
+    const int G = grp.groups, W = grp.warps, wl = grp.slot, kg = grp.kg;
     const int chunks = (g.k + 32 * KB - 1) / (32 * KB);
     EtWord16* const frag_hi = reinterpret_cast<EtWord16*>(et_llm_smem());
     EtWord16* const frag_lo = frag_hi + FRAGS;
