@@ -9,8 +9,14 @@ fi
 STAMP="$VENV/.eventtensor-installed"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   echo "[eventtensor] installing eventtensor and test dependencies"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[test]"
+  PIP=("$VENV/bin/python" -m pip install -q --no-cache-dir)
+  "${PIP[@]}" --upgrade pip
+  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    # The tests need torch only on the CPU: prefer its CPU build (a few hundred MB) where the
+    # package index has it, over the CUDA build (several GB) that a bare "torch" requirement takes.
+    "${PIP[@]}" "torch==2.13.0" 2>/dev/null || echo "[eventtensor] no CPU torch 2.13.0; taking torch from PyPI"
+  fi
+  "${PIP[@]}" -e "$ROOT[test]"
   touch "$STAMP"
 fi
 PY="$VENV/bin/python"
