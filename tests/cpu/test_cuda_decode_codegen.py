@@ -167,35 +167,12 @@ def test_decode_sessions_default_knobs_compile():
     assert compile_source(src, kernel_name(p, "static")).cubin[:4] == b"\x7fELF"
 
 
-def test_mma_x_ring_takes_its_chunks_after_the_weight_ring():
-    """ET_LINEAR_MMA_XRING: 2 to 4 chunks of 16 KB of dynamic shared memory after the weight
-    blocks of ET_LINEAR_MMA_RING, which it needs; other values are refused by name."""
-    from eventtensor.backends.cuda.codegen import dynamic_smem_bytes
-    assert dynamic_smem_bytes({"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_XRING": 3}) == 7 * 16384
-    assert dynamic_smem_bytes({"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_XRING": 3,
-                               "ET_LINEAR_ASYNC": 2}) == 131072
-    _, p = decode_program("tiny-llama", layers=1)
-    # (the last: both rings past the room of a CTA of two a SM)
-    for ctas, knobs in ((1, {"ET_LINEAR_MMA_XRING": 2}),
-                        (1, {"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_XRING": 5}),
-                        (1, {"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_XRING": 1}),
-                        (2, {"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_XRING": 2})):
-        with pytest.raises(ValueError, match=f"knob ET_LINEAR_MMA_XRING="
-                                             f"{knobs['ET_LINEAR_MMA_XRING']}: the tensor-core "
-                                             "linear's ring of x takes 2 to 4 chunks"):
-            generate(p, "static", ctas_per_sm=ctas, knobs=knobs)
-    assert "#define ET_LINEAR_MMA_XRING 2" in generate(
-        p, "static", knobs={"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_XRING": 2})
-
-
-def test_mma_k_split_needs_the_weight_ring_and_not_the_x_ring():
+def test_mma_k_split_needs_the_weight_ring():
     """ET_LINEAR_MMA_KSPLIT: 1 (off) or 2 groups of warps, with ET_LINEAR_MMA_RING (each
-    thread copies its own blocks) and without ET_LINEAR_MMA_XRING; refused by name else."""
+    thread copies its own blocks); refused by name else."""
     _, p = decode_program("tiny-llama", layers=1)
     for knobs in ({"ET_LINEAR_MMA_KSPLIT": 2}, {"ET_LINEAR_MMA_KSPLIT": 4,
-                                                "ET_LINEAR_MMA_RING": 4},
-                  {"ET_LINEAR_MMA_KSPLIT": 2, "ET_LINEAR_MMA_RING": 4,
-                   "ET_LINEAR_MMA_XRING": 2}):
+                                                "ET_LINEAR_MMA_RING": 4}):
         with pytest.raises(ValueError, match=f"knob ET_LINEAR_MMA_KSPLIT="
                                              f"{knobs['ET_LINEAR_MMA_KSPLIT']}: the tensor-core "
                                              "linear's warps split k in 1"):
@@ -211,15 +188,15 @@ def test_mma_k_split_needs_the_weight_ring_and_not_the_x_ring():
                                    {"ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_RING": 4,
                                     "ET_LINEAR_EARLY": 2},
                                    {"ET_LINEAR_MMA": 8, "ET_LINEAR_MMA_RING": 4,
-                                    "ET_LINEAR_MMA_XRING": 3}])
+                                    "ET_LINEAR_MMA_KSPLIT": 2}])
 def test_decode_kernel_with_weight_prefetch_compiles(knobs):
     """With the prefetch window (the weight tiles of the tasks ahead go to L2 from the static
     walker), the stage ring (they are copied into shared memory ahead of their tasks), a
     task's own tiles prefetched while it waits, linears of 8 rows and more on tensor cores,
     one-row linears' weight words through rounds in shared memory (their first rounds
     issued before the task's waits, too), or the tensor-core linears' through the ring of
-    blocks with the first blocks issued before the waits, or with their x through a ring of
-    chunks too, the decode kernel compiles and differs from the default one."""
+    blocks with the first blocks issued before the waits, or with k split over two groups of
+    warps, the decode kernel compiles and differs from the default one."""
     _, p = decode_program("tiny-llama", layers=2)
     plain = compile_source(generate(p, "static"), kernel_name(p, "static"))
     src = generate(p, "static", knobs=knobs)

@@ -580,26 +580,15 @@ def test_mma_x_rounded_to_bf16_matches_reference(mma_lo0_results, i):
 # et_linear_mma with its weight words through the thread's ring of blocks in shared memory
 # (ET_LINEAR_MMA_RING 2, 4, 5 and 8: k of 1 to 16 blocks, chunks cut short, clipped rows and
 # column tiles, more columns than a pass takes), with a block's MMAs in the spread order
-# (ET_LINEAR_MMA_SPREAD) beside the ring of 4, and with x through the ring of 2 to 4 chunks
-# (ET_LINEAR_MMA_XRING; the host's copies land only when their group is waited for), and with
-# k split over two groups of warps (ET_LINEAR_MMA_KSPLIT: each thread's own blocks through the
-# ring, the groups' sums added at the end of a pass)
+# (ET_LINEAR_MMA_SPREAD) beside the ring of 4, and with k split over two groups of warps
+# (ET_LINEAR_MMA_KSPLIT: each thread's own blocks through the ring, the groups' sums added
+# at the end of a pass)
 MMA_RING_VARIANTS = {"ring2": "#define ET_LINEAR_MMA_RING 2\n",
                      "ring4": "#define ET_LINEAR_MMA_RING 4\n",
                      "ring5": "#define ET_LINEAR_MMA_RING 5\n",
                      "ring8": "#define ET_LINEAR_MMA_RING 8\n",
                      "ring4_spread": "#define ET_LINEAR_MMA_RING 4\n"
                                      "#define ET_LINEAR_MMA_SPREAD 1\n",
-                     "ring2_xring2": "#define ET_LINEAR_MMA_RING 2\n"
-                                     "#define ET_LINEAR_MMA_XRING 2\n",
-                     "ring4_xring3": "#define ET_LINEAR_MMA_RING 4\n"
-                                     "#define ET_LINEAR_MMA_XRING 3\n",
-                     "ring5_xring4": "#define ET_LINEAR_MMA_RING 5\n"
-                                     "#define ET_LINEAR_MMA_XRING 4\n",
-                     # (more weight blocks in flight than x chunks' blocks: only x's own wait
-                     # keeps a chunk's x from being read before it landed)
-                     "ring8_xring2": "#define ET_LINEAR_MMA_RING 8\n"
-                                     "#define ET_LINEAR_MMA_XRING 2\n",
                      "ring2_ksplit2": "#define ET_LINEAR_MMA_RING 2\n"
                                       "#define ET_LINEAR_MMA_KSPLIT 2\n",
                      "ring5_ksplit2": "#define ET_LINEAR_MMA_RING 5\n"
@@ -696,8 +685,6 @@ EARLY_VARIANTS = {
     "async2_no_ring": (ONE_ROW_LINEAR_CASES, {"ET_LINEAR_ASYNC": 2, "ET_LINEAR_EARLY": 1,
                                               "ET_HOST_DYNAMIC_SMEM": 65536}, 0, 0),
     "mma_ring3": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_EARLY": 2}, 2, None),
-    "mma_ring3_xring2": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_MMA_XRING": 2,
-                                           "ET_LINEAR_EARLY": 2}, 2, None),
     "mma_ring3_ksplit2": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_MMA_KSPLIT": 2,
                                             "ET_LINEAR_EARLY": 2}, 2, None),
     "mma_ring3_rows_bit": (MMA_EARLY_CASES, {"ET_LINEAR_MMA_RING": 3, "ET_LINEAR_ASYNC": 2,
@@ -796,10 +783,6 @@ def spills_by_function(resource_usage: str) -> dict[str, tuple[int, int]]:
                                               "-DET_LINEAR_MMA_SPREAD=1"], 32),
                                             (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
                                               "-DET_LINEAR_MMA_RING=4",
-                                              "-DET_LINEAR_FOLDS=1"], 32),
-                                            (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
-                                              "-DET_LINEAR_MMA_RING=4",
-                                              "-DET_LINEAR_MMA_XRING=3",
                                               "-DET_LINEAR_FOLDS=1"], 32),
                                             (["-DET_LINEAR_MMA=8", "-DET_LINEAR_CORE_ROWS=8",
                                               "-DET_LINEAR_MMA_RING=4",

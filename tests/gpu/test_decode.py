@@ -101,17 +101,15 @@ def test_tiny_one_kv_chunk_matches_reference(name):
 @pytest.mark.parametrize("tiles, knobs", [
     ("", {}),
     (",fold_norm=1,residual_tile=32", {"ET_LINEAR_MMA_SPREAD": 1, "ET_LINEAR_MMA_RING": 8}),
-    (",fold_norm=1,residual_tile=32", {"ET_LINEAR_MMA_RING": 8, "ET_LINEAR_MMA_XRING": 2}),
     (",fold_norm=1,residual_tile=32", {"ET_LINEAR_MMA_RING": 4, "ET_LINEAR_MMA_KSPLIT": 2})],
-    ids=["plain", "folded_spread_ring8", "folded_x_ring", "folded_k_split"])
+    ids=["plain", "folded_spread_ring8", "folded_k_split"])
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
 def test_tiny_tensor_core_linears_match_reference(name, tiles, knobs):
     """Every linear on tensor cores (ET_LINEAR_MMA=1; unsplit q/k/v, gate and up, so that
     each K-slice is a multiple of 32); and so with the norms folded into the projections
     (fold_norm: their x scaled as it is staged), a block's MMAs in the spread order
-    (ET_LINEAR_MMA_SPREAD) and a ring of 8 weight blocks, or x through a ring of 2 chunks
-    beside them (ET_LINEAR_MMA_XRING), or k split over two groups of warps
-    (ET_LINEAR_MMA_KSPLIT)."""
+    (ET_LINEAR_MMA_SPREAD) and a ring of 8 weight blocks, or k split over two groups of
+    warps (ET_LINEAR_MMA_KSPLIT)."""
     from eventtensor.models.decode import tiles_with
     from eventtensor.models.gpu_decode import gpu_tiles
     _tiny_steps_match_reference(name, 8, 3,

@@ -30,14 +30,13 @@ KNOBS = ("ET_SPIN_NS", "ET_SLEEP_NS", "ET_ACQUIRE_POLLS", "ET_POLL_BATCH", "ET_S
          "ET_PREFETCH_OWN", "ET_PREFETCH_BULK", "ET_LINEAR_MMA", "ET_LINEAR_MMA_LO",
          "ET_LINEAR_MMA_SPREAD", "ET_LINEAR_CORE_ROWS", "ET_LINEAR_ASYNC", "ET_LINEAR_EARLY",
          "ET_LINEAR_MMA_RING", "ET_ATTN_STREAM", "ET_LINEAR_EARLY_ROUNDS",
-         "ET_LINEAR_MMA_XRING", "ET_LINEAR_MMA_KSPLIT")
+         "ET_LINEAR_MMA_KSPLIT")
 # task kinds with an early part, run before their waits where ET_LINEAR_EARLY is set
 # (llm_dense.cuh et_early_<kind>, the body's arguments)
 EARLY_KINDS = ("linear_partial",)
 ASYNC_ROUND_BYTES = 65536  # llm_dense.cuh ET_ASYNC_ROUND_BYTES: a round of ET_LINEAR_ASYNC
 MMA_RING_BLOCK_BYTES = 16384  # llm_dense.cuh ET_MMA_RING_BLOCK_BYTES: one block, a CTA
 MMA_RING_BLOCKS = tuple(range(2, 9))  # llm_dense.cuh ET_LINEAR_MMA_RING: blocks of the ring
-MMA_XRING_CHUNKS = (2, 3, 4)  # llm_dense.cuh ET_LINEAR_MMA_XRING: x chunks, a block's bytes each
 POLL_BATCHES = (8, 16, 32)  # runtime.cuh ET_POLL_BATCH: a task's wait polls in flight
 ATTN_STREAM_WORDS = (0, 16, 32)  # llm_attention.cuh ET_ATTN_STREAM: words a thread, 16 bytes
 ATTN_STREAM_WORD_BYTES = 16 * 256  # a word of ET_ATTN_STREAM over the 256 threads of a CTA
@@ -54,14 +53,13 @@ def dynamic_smem_bytes(knobs: Mapping[str, int] | None, linear_ring: bool = True
     """The dynamic shared memory a CTA of a kernel with these knobs takes: the stage ring
     (ET_STAGE_BYTES), or the largest of the one-row linear's rounds of weight words
     (ET_LINEAR_ASYNC, unless `linear_ring` is false: a launch may leave it out, and the
-    one-row linear then loads its words into registers), the tensor-core linear's rings of
-    weight blocks and x chunks (ET_LINEAR_MMA_RING, ET_LINEAR_MMA_XRING) and the attention's
-    ring of KV words (ET_ATTN_STREAM), which share it (a CTA runs one body at a time)."""
+    one-row linear then loads its words into registers), the tensor-core linear's ring of
+    weight blocks (ET_LINEAR_MMA_RING) and the attention's ring of KV words (ET_ATTN_STREAM),
+    which share it (a CTA runs one body at a time)."""
     knobs = knobs or {}
     return int(knobs.get("ET_STAGE_BYTES", 0)) or max(
         int(knobs.get("ET_LINEAR_ASYNC", 0)) * ASYNC_ROUND_BYTES * linear_ring,
-        (int(knobs.get("ET_LINEAR_MMA_RING", 0)) + int(knobs.get("ET_LINEAR_MMA_XRING", 0)))
-        * MMA_RING_BLOCK_BYTES,
+        int(knobs.get("ET_LINEAR_MMA_RING", 0)) * MMA_RING_BLOCK_BYTES,
         int(knobs.get("ET_ATTN_STREAM", 0)) * ATTN_STREAM_WORD_BYTES)
 
 
@@ -321,18 +319,11 @@ def generate(p: Program, mode: str, ctas_per_sm: int = 1,
                          f"takes {MMA_RING_BLOCKS[0]} to {MMA_RING_BLOCKS[-1]} blocks of "
                          f"{MMA_RING_BLOCK_BYTES} bytes (0: none), "
                          f"at most {room} bytes a CTA with {ctas_per_sm} CTA(s) per SM")
-    xring = knobs.get("ET_LINEAR_MMA_XRING", 0)
-    if xring not in (0, *MMA_XRING_CHUNKS) or (xring and not blocks) or \
-            (blocks + xring) * MMA_RING_BLOCK_BYTES > room:
-        raise ValueError(f"knob ET_LINEAR_MMA_XRING={xring}: the tensor-core linear's ring of "
-                         f"x takes {MMA_XRING_CHUNKS[0]} to {MMA_XRING_CHUNKS[-1]} chunks of "
-                         f"{MMA_RING_BLOCK_BYTES} bytes (0: none) after the ring of weight "
-                         f"blocks (ET_LINEAR_MMA_RING), at most {room} bytes for both")
     ksplit = knobs.get("ET_LINEAR_MMA_KSPLIT", 1)
-    if ksplit not in (1, 2) or (ksplit == 2 and (not blocks or xring)):
+    if ksplit not in (1, 2) or (ksplit == 2 and not blocks):
         raise ValueError(f"knob ET_LINEAR_MMA_KSPLIT={ksplit}: the tensor-core linear's warps "
                          "split k in 1 (off) or 2 groups, with the ring of weight blocks "
-                         "(ET_LINEAR_MMA_RING) and without the ring of x (ET_LINEAR_MMA_XRING)")
+                         "(ET_LINEAR_MMA_RING)")
     early = knobs.get("ET_LINEAR_EARLY", 0)
     if early not in (0, 1, 2, 3) or (early & 1 and not rounds) or (early & 2 and not blocks):
         raise ValueError(f"knob ET_LINEAR_EARLY={early}: the early weight copies go to the "

@@ -1110,37 +1110,18 @@ static_assert(ET_LINEAR_MMA_SPREAD == 0 || ET_LINEAR_MMA_SPREAD == 1,
 static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_MMA_RING <= 8),
               "ET_LINEAR_MMA_RING takes 0 (off) or 2 to 8 blocks");
 
-// ET_LINEAR_MMA_XRING = DX (0: off; 2 to 4): x through a ring of DX chunks in dynamic shared
-// memory after the weight ring (a chunk: the float4s of x a thread stages, at most
-// ET_MMA_RING_BLOCK_BYTES a CTA), each thread copying its own x words with cp.async DX chunks
-// ahead, in the cp.async group of the first weight block of the chunk DX before (so that one
-// count of groups covers both rings), instead of loading the next chunk's x into registers
-// while the current one's MMAs run: x's latency from L2 hidden behind DX chunks of MMAs, not
-// one. With the weight ring only; not for the SiLU fold (its x is computed as it loads).
-// Off by default: slower on an H100 (benchmarks/results/splits/
-// decode_tiles_variants_0adcb59_h100.md).
-#ifndef ET_LINEAR_MMA_XRING
-#define ET_LINEAR_MMA_XRING 0
-#endif
-static_assert(ET_LINEAR_MMA_XRING == 0 ||
-                  (ET_LINEAR_MMA_RING > 0 && ET_LINEAR_MMA_XRING >= 2 && ET_LINEAR_MMA_XRING <= 4),
-              "ET_LINEAR_MMA_XRING takes 0 (off) or 2 to 4 chunks, with ET_LINEAR_MMA_RING");
-
 // ET_LINEAR_MMA_KSPLIT = 2 (1: off): a tensor-core linear task with at most half a pass's
 // columns (et_mma_groups) puts its warps in G = 2 groups of warps / G, group kg on the blocks
 // kg, kg + G, ... of k (of every chunk: KB a multiple of G) for the columns of a pass of
 // warps / G warps, the groups' accumulators summed through et_llm_smem at the end of the
 // pass: a warp's x fragments go to all of its 4 column tiles instead of at most 2, and the
 // CTA loads them G times less often. Wider tasks keep one group (G = 1): two passes would
-// stage x twice. With the weight ring only (each thread copies its own blocks), not with
-// the x ring.
+// stage x twice. With the weight ring only (each thread copies its own blocks).
 #ifndef ET_LINEAR_MMA_KSPLIT
 #define ET_LINEAR_MMA_KSPLIT 1
 #endif
-static_assert(ET_LINEAR_MMA_KSPLIT == 1 ||
-                  (ET_LINEAR_MMA_KSPLIT == 2 && ET_LINEAR_MMA_RING > 0 && !ET_LINEAR_MMA_XRING),
-              "ET_LINEAR_MMA_KSPLIT takes 1 (off) or 2, with ET_LINEAR_MMA_RING and without "
-              "ET_LINEAR_MMA_XRING");
+static_assert(ET_LINEAR_MMA_KSPLIT == 1 || (ET_LINEAR_MMA_KSPLIT == 2 && ET_LINEAR_MMA_RING > 0),
+              "ET_LINEAR_MMA_KSPLIT takes 1 (off) or 2, with ET_LINEAR_MMA_RING");
 
 // A compile-time int as a value (of a generic lambda's argument).
 template <int N>
@@ -1244,18 +1225,12 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
     constexpr bool HINT = ET_WEIGHTS_EVICT_FIRST;
     constexpr int NT = 4, KB = MT == 1 ? 4 : 2;  // tiles a warp; blocks a chunk
     constexpr int RING = ET_LINEAR_MMA_RING;
-    // x through the ring of ET_LINEAR_MMA_XRING chunks (XR), or loaded into registers
-    constexpr int DX = EtSame<F, EtSiluFold>::value ? 0 : ET_LINEAR_MMA_XRING;
-    constexpr bool XR = DX > 0;
     static_assert(NT * 256 * 16 == ET_MMA_RING_BLOCK_BYTES, "a ring block: NT words a thread");
     static_assert(RING == 0 || NT == 4, "et_mma_copies' mapping: NT = 4");
     const unsigned long long policy = RING > 0 ? et_async_policy<HINT>() : 0ull;
-    const unsigned long long x_policy = XR ? et_async_policy<false>() : 0ull;  // (x is reread)
     constexpr int FRAGS = KB * 2 * MT * 32, PER = FRAGS / 256;  // of a chunk; a thread's
     static_assert(FRAGS * 2 * (int)sizeof(EtWord16) <= ET_LLM_SMEM_BYTES && FRAGS % 256 == 0,
                   "a chunk's fragments fill et_llm_smem in whole rounds of the CTA");
-    static_assert(2 * PER * 256 * 16 <= ET_MMA_RING_BLOCK_BYTES,
-                  "an x chunk of the ring: at most a weight block's bytes");
     const int lane = (int)threadIdx.x & 31, gr = lane >> 2, q = lane & 3;
     // ET_LINEAR_MMA_KSPLIT: G groups of W warps, group kg on the blocks kg, kg + G, ...
     static_assert(KB % ET_LINEAR_MMA_KSPLIT == 0, "every group takes the same blocks a chunk");
@@ -1274,55 +1249,17 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         const int mt = rest % MT, bh = rest / MT, b = bh >> 1, h = bh & 1;
         r = 16 * mt + (fl >> 2), k0 = 32 * (KB * c + b) + 8 * (fl & 3) + 4 * h;
     };
-    // this thread's x word e of fragment i (row g + 8 e) of chunk c in the x ring
-    auto x_slot = [&](int c, int i, int e) {
-        return et_async_ring() + RING * NT * 256 + ((c % (XR ? DX : 1) * PER + i) * 2 + e) * 256 +
-               (int)threadIdx.x;
-    };
-    // XR: chunk c's x words of this thread into the x ring, in the open cp.async group (none
-    // past the last chunk; zeros past the rows and k)
-    auto copy_x = [&](int c) {
-        if (c >= chunks) return;
+    auto load_x = [&](int c) {  // chunk c's x into xa
 #pragma unroll
         for (int i = 0; i < PER; ++i) {
             int r, k0;
             frag_at(i, c, r, k0);
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const bool ok = r + 8 * e < g.rows && k0 < g.k;
-                et_async_word(x_slot(c, i, e), ok ? x + (r + 8 * e) * g.xr + k0 : x,
-                              ok ? 16 : 0, x_policy);
-            }
-        }
-    };
-    // chunk c's x into xa: from the x ring (XR: its group waited; the slot is refilled later
-    // by the same thread), or loaded from memory
-    auto take_x = [&](int c) {
-        if constexpr (XR) {
-            // x of chunk c >= DX came with the first weight block of chunk c - DX; the first
-            // DX chunks' in one group after the weight ring's first blocks: all waited at 0
-            if (c == 0) et_async_wait<0>();
-            else et_async_wait<KB * DX - 1>();
-#pragma unroll
-            for (int i = 0; i < PER; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    xa[i][e] = *reinterpret_cast<const float4*>(x_slot(c, i, e));
-        }
-    };
-    auto load_x = [&](int c) {
-        if constexpr (!XR) {
-#pragma unroll
-            for (int i = 0; i < PER; ++i) {
-                int r, k0;
-                frag_at(i, c, r, k0);
-                auto x4 = [&](const float* p) {
-                    if constexpr (EtSame<F, EtSiluFold>::value) return et_fold_x4(p, fold);
-                    else return et_load4(p);
-                };
-                xa[i][0] = r < g.rows && k0 < g.k ? x4(x + r * g.xr + k0) : zero;
-                xa[i][1] = r + 8 < g.rows && k0 < g.k ? x4(x + (r + 8) * g.xr + k0) : zero;
-            }
+            auto x4 = [&](const float* p) {
+                if constexpr (EtSame<F, EtSiluFold>::value) return et_fold_x4(p, fold);
+                else return et_load4(p);
+            };
+            xa[i][0] = r < g.rows && k0 < g.k ? x4(x + r * g.xr + k0) : zero;
+            xa[i][1] = r + 8 < g.rows && k0 < g.k ? x4(x + (r + 8) * g.xr + k0) : zero;
         }
         if constexpr (et_folds<F>) {
             const int t = 32 * KB * c + (int)threadIdx.x;
@@ -1427,10 +1364,6 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         } else {
             load_w(cur, 0);
         }
-        if constexpr (XR) {  // the first DX chunks of x, one group
-            for (int c = 0; c < DX; ++c) copy_x(c);
-            et_async_commit();
-        }
         load_x(0);
         // with the first weights and x in flight (the loop's first barrier publishes them)
         if constexpr (et_folds<F>)
@@ -1438,7 +1371,6 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
         put_cw();
 #pragma unroll 1
         for (int c = 0; c < chunks; ++c) {
-            take_x(c);
             __syncthreads();  // every warp done with the fragments of the chunk before
             stage_x(c);
             __syncthreads();
@@ -1454,10 +1386,8 @@ __device__ __noinline__ void et_linear_mma(const float* x, const et_bf16* w, O* 
                 EtWord16 words[NT];
                 if constexpr (RING > 0) {
                     // the thread's i-th block; into the slot of its block before, whose words
-                    // its MMAs have taken (and in its group, the x of chunk c + DX into the
-                    // slot of chunk c, taken)
+                    // its MMAs have taken
                     const int i = n >> (G - 1);  // (n / G)
-                    if (XR && b == 0) copy_x(c + DX);
                     et_mma_copy_block(copies, g, i + RING - 1, policy);
                     et_async_wait<RING - 1>();
 #pragma unroll
