@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=ints, default=[1, 2, 4, 8, 16, 32, 64])
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--fast-compile", action="append", default=[],
-                    help="also a cold build at this NVRTC --Ofast-compile level (min, mid or "
-                         "max; repeat)")
+                    help="also a cold build at this fast_compile (separate: functions "
+                         "assembled one by one; min, mid or max: NVRTC --Ofast-compile; "
+                         "repeat)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

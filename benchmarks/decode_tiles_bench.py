@@ -7,8 +7,9 @@ process, with each configuration's summed task-body time per kind (from one prof
 
 Each --tiles is "field=value,..." over the H200 defaults (`gpu_tiles`; "" is the defaults
 themselves); its items ET_*=N set device-library knobs (over the decode session's own,
-`gpu_decode.DECODE_KNOBS`), ctas_per_sm=N the CTAs per SM, fast_compile=LEVEL NVRTC's
---Ofast-compile level (min, mid, max) and policy=NAME the static schedule's policy.
+`gpu_decode.DECODE_KNOBS`), ctas_per_sm=N the CTAs per SM, fast_compile=LEVEL the
+compile's trade (`compiler.FAST_COMPILE`: separate, min, mid, max) and policy=NAME the
+static schedule's policy.
 Every configuration gets its own compiled kernel over the same random weights and caches
 (the position-context - 1 layout of decode_bench.py), the step time is the median of --iters
 CUDA-event-timed launches, and the memory floor (weights plus KV bytes over the measured copy

@@ -31,7 +31,7 @@ from eventtensor.models.decode import tiles_with  # noqa: E402
 
 def split_config(base, text: str) -> tuple[object, dict]:
     """(tiles, Megakernel options) of a --tiles text: its ET_* items are device-library
-    knobs, ctas_per_sm=N the CTAs per SM, fast_compile=LEVEL NVRTC's --Ofast-compile level,
+    knobs, ctas_per_sm=N the CTAs per SM, fast_compile=LEVEL (`compiler.FAST_COMPILE`),
     policy=NAME the static schedule's policy (`schedule.static.POLICIES`), the rest fields
     of the tiles (`tiles_with`)."""
     knobs, kernel, rest = {}, {}, []

@@ -94,9 +94,34 @@ def test_fast_compile_level_is_its_own_cubin():
     fast = build_mod.build_kernel(program, "static", 8, fast_compile="max")
     assert fast.source == full.source and not fast.compiled.cached
     assert fast.compiled.cubin[:4] == b"\x7fELF" and fast.compiled.cubin != full.compiled.cubin
-    with pytest.raises(ValueError, match="fast_compile must be one of min, mid, max or None, "
-                                         "got 'fast'"):
+    with pytest.raises(ValueError, match="fast_compile must be one of separate, min, mid, max "
+                                         "or None, got 'fast'"):
         build_mod.build_kernel(program, "static", 8, fast_compile="fast")
+
+
+def test_separately_assembled_functions_are_linked_into_their_own_cubin():
+    """fast_compile="separate": NVRTC's PTX of the same source, every function assembled on
+    its own and linked by nvJitLink: an executable cubin (not a relocatable object) holding
+    the entry, unlike the whole-program one, and served from the cache the second time."""
+    pytest.importorskip("cuda.bindings.nvjitlink", reason="nvJitLink not installed")
+    program = EXAMPLES["splitk_rowsum"].build()
+    whole = build_mod.build_kernel(program, "static", 8)
+    separate = build_mod.build_kernel(program, "static", 8, fast_compile="separate")
+    cubin = separate.compiled.cubin
+    assert separate.source == whole.source and not separate.compiled.cached
+    assert cubin[:4] == b"\x7fELF" and int.from_bytes(cubin[16:18], "little") == 2  # ET_EXEC
+    assert separate.name.encode() in cubin and cubin != whole.compiled.cubin
+    again = build_mod.build_kernel(program, "static", 8, fast_compile="separate")
+    assert again.compiled.cached and again.compiled.cubin == cubin
+
+
+def test_assembly_error_names_the_kernel():
+    pytest.importorskip("cuda.bindings.nvjitlink", reason="nvJitLink not installed")
+    from eventtensor.backends.cuda.compiler import CompileError, _link
+    ptx = b".version 8.0\n.target sm_90a\n.address_size 64\n.entry k_bad() { bogus; }\n"
+    with pytest.raises(CompileError, match=r"(?s)nvJitLink could not assemble kernel k_bad .*"
+                                           r"known instruction: .bogus."):
+        _link(ptx, "k_bad", "sm_90a")
 
 
 def test_decode_program_comes_from_disk_the_second_time(monkeypatch):

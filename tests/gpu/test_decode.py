@@ -76,15 +76,17 @@ def test_tiny_fused_or_folded_norms_match_reference(name, norm):
                                                 "ET_PREFETCH_BULK": 1}},
                                      {"knobs": {"ET_LINEAR_ASYNC": 3, "ET_LINEAR_EARLY": 1}},
                                      {"knobs": {"ET_ATTN_STREAM": 0}},
-                                     {"fast_compile": "mid"}],
-                         ids=["prefetch_own", "bulk_window", "early", "attn_registers", "mid"])
+                                     {"fast_compile": "mid"}, {"fast_compile": "separate"}],
+                         ids=["prefetch_own", "bulk_window", "early", "attn_registers", "mid",
+                              "separate"])
 def test_tiny_kernel_options_match_reference(options):
     """A waiting task's own tiles prefetched into L2 (ET_PREFETCH_OWN), the tiles of the
     tasks ahead prefetched by bulk prefetches (ET_PREFETCH_BULK in the prefetch window),
     one-row linears' first weight rounds issued before their tasks' waits (ET_LINEAR_EARLY;
     the first step has one request), the attention's KV words loaded into registers a pass
     at a time (ET_ATTN_STREAM 0, the decode session streaming them), and the kernel
-    compiled at NVRTC's --Ofast-compile=mid."""
+    compiled at NVRTC's --Ofast-compile=mid or with its functions assembled one by one
+    (fast_compile="separate")."""
     _tiny_steps_match_reference("tiny-qwen3", 6, 5, **options)
 
 

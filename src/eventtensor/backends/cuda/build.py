@@ -48,7 +48,7 @@ def build_kernel(program: Program, mode: str, num_ctas: int, *, ctas_per_sm: int
                  say: Callable[[str], None] | None = None) -> KernelBuild:
     """Build `program`'s megakernel for scheduling `mode` with `num_ctas` persistent CTAs
     (`ctas_per_sm` on each SM), static `policy`, hybrid mode's `dynamic_grids` (default:
-    the data-dependent ones), device-library `knobs` and NVRTC's `fast_compile` level
+    the data-dependent ones), device-library `knobs` and `fast_compile`
     (`compiler.compile_source`); `say` hears of the long phases."""
     t_start = time.perf_counter()
     seconds: dict[str, float] = {}

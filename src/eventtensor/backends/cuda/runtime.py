@@ -383,8 +383,8 @@ class Megakernel:
         (`codegen.KNOBS`, e.g. ET_SPIN_NS); `overlap_launches`: launch with programmatic
         stream serialization, so that a launch's CTAs start while the kernel before it on the
         stream still runs and load their arguments meanwhile (runtime.cuh
-        et_wait_previous_launch); `fast_compile`: NVRTC's --Ofast-compile level (faster
-        compiles, other code); `say` hears of the build's long phases (`build_kernel`);
+        et_wait_previous_launch); `fast_compile`: faster compiles, other code
+        (`compiler.compile_source`); `say` hears of the build's long phases (`build_kernel`);
         `linear_ring`: whether the launches of a binding get the one-row linear's ring of
         weight rounds (knob ET_LINEAR_ASYNC) in their dynamic shared memory, which the SM
         takes from its L1 (the other bodies' cache) whether they use it or not (None: all
