@@ -64,6 +64,19 @@ def test_example_kernels_compile_for_sm90a(name, mode):
     assert again.cached and again.cubin == c.cubin
 
 
+@pytest.mark.parametrize("name, mode", [("symbolic_batch", m) for m in
+                                        ("static", "dynamic", "hybrid", "unfused")] +
+                         [("toy_moe", "hybrid")])
+def test_example_kernels_link_with_functions_assembled_one_by_one(name, mode):
+    """fast_compile="separate" (NVRTC's PTX, every function assembled on its own and linked
+    by nvJitLink) takes every scheduling mode's kernel: an executable cubin with the entry."""
+    pytest.importorskip("cuda.bindings.nvjitlink", reason="nvJitLink not installed")
+    p = program_for(name, mode)
+    c = compile_source(generate(p, mode), kernel_name(p, mode), fast_compile="separate")
+    assert c.cubin[:4] == b"\x7fELF" and int.from_bytes(c.cubin[16:18], "little") == 2
+    assert kernel_name(p, mode).encode() in c.cubin
+
+
 def test_kernel_for_two_ctas_per_sm_is_named_and_compiles():
     p = program_for("symbolic_batch", "static")
     src = generate(p, "static", ctas_per_sm=2)
