@@ -87,8 +87,8 @@ def markdown(meta: dict, runs: dict) -> str:
     """Cold and warm builds by phase, and the first launch per batch size."""
     lines = [f"# Decode megakernel warm-up: {meta['model']}, static mode, B <= "
              f"{meta['max_batch']}, {meta['max_context']} positions", "",
-             f"{meta['date']}, commit {meta['commit']}, {meta['host']} ({meta['gpu']}). "
-             f"Command: `{meta['command']}`", "",
+             f"{meta['date']}, commit {meta['commit']}, {meta['host']} ({meta['gpu']}), "
+             f"{meta['toolchain']}. Command: `{meta['command']}`", "",
              "Seconds; `build` is the kernel's wall time (NVRTC overlaps validate and "
              "template; `wait` is the NVRTC time they did not hide), `to built` the process "
              "from its start (interpreter and imports included).", "",
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                                args.batches, level)))
         return 0
     from decode_bench import run_meta, write_run
+
+    from eventtensor.backends.cuda.compiler import toolchain
     runs = {}
     plan = [("cold", None, []), ("warm", None, args.batches)] + [
         (f"cold, fast_compile={level}", level, []) for level in args.fast_compile]
@@ -143,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     meta = run_meta("compile_bench.py", argv, model=args.model, max_batch=args.max_batch,
                     max_context=args.max_context,
-                    host=f"{platform.machine()}, {os.cpu_count()} CPUs")
+                    host=f"{platform.machine()}, {os.cpu_count()} CPUs",
+                    toolchain=toolchain())
     write_run(args.out, "compile_bench", meta, runs, markdown(meta, runs))
     return 0
 

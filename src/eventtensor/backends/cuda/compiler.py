@@ -119,6 +119,19 @@ def compile_many(kernels: Sequence[tuple], jobs: int | None = None) -> list[Comp
         return list(pool.map(compile_source, *zip(*kernels))) if kernels else []
 
 
+def toolchain() -> str:
+    """The NVRTC and nvJitLink versions compiles here run with, e.g. "NVRTC 13.0, nvJitLink
+    13.5" ("not installed" for a missing one)."""
+    def version(module: str, read) -> str:
+        try:
+            return ".".join(map(str, read(__import__(f"cuda.bindings.{module}",
+                                                      fromlist=[module]))))
+        except ImportError:
+            return "not installed"
+    return (f"NVRTC {version('nvrtc', lambda m: m.nvrtcVersion()[1:])}, "
+            f"nvJitLink {version('nvjitlink', lambda m: m.version())}")
+
+
 def _nvrtc(source: str, name: str, opts: list[bytes],
            cubin: bool = True) -> tuple[bytes | None, bytes]:
     """NVRTC's cubin (None where `cubin` is false: a virtual architecture's compile) and PTX
