@@ -122,14 +122,17 @@ def compile_many(kernels: Sequence[tuple], jobs: int | None = None) -> list[Comp
 def toolchain() -> str:
     """The NVRTC and nvJitLink versions compiles here run with, e.g. "NVRTC 13.0, nvJitLink
     13.5" ("not installed" for a missing one)."""
-    def version(module: str, read) -> str:
-        try:
-            return ".".join(map(str, read(__import__(f"cuda.bindings.{module}",
-                                                      fromlist=[module]))))
-        except ImportError:
-            return "not installed"
-    return (f"NVRTC {version('nvrtc', lambda m: m.nvrtcVersion()[1:])}, "
-            f"nvJitLink {version('nvjitlink', lambda m: m.version())}")
+    try:
+        from cuda.bindings import nvrtc
+        nvrtc_version = ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
+    except ImportError:
+        nvrtc_version = "not installed"
+    try:
+        from cuda.bindings import nvjitlink
+        link_version = ".".join(map(str, nvjitlink.version()))
+    except ImportError:
+        link_version = "not installed"
+    return f"NVRTC {nvrtc_version}, nvJitLink {link_version}"
 
 
 def _nvrtc(source: str, name: str, opts: list[bytes],
