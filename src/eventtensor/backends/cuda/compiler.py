@@ -121,17 +121,17 @@ def compile_many(kernels: Sequence[tuple], jobs: int | None = None) -> list[Comp
 
 def toolchain() -> str:
     """The NVRTC and nvJitLink versions compiles here run with, e.g. "NVRTC 13.0, nvJitLink
-    13.5" ("not installed" for a missing one)."""
+    13.5" ("unavailable" for one that does not load)."""
     try:
         from cuda.bindings import nvrtc
         nvrtc_version = ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
-    except ImportError:
-        nvrtc_version = "not installed"
+    except Exception:  # (not installed, or its library not found)
+        nvrtc_version = "unavailable"
     try:
         from cuda.bindings import nvjitlink
         link_version = ".".join(map(str, nvjitlink.version()))
-    except ImportError:
-        link_version = "not installed"
+    except Exception:
+        link_version = "unavailable"
     return f"NVRTC {nvrtc_version}, nvJitLink {link_version}"
 
 
