@@ -11,7 +11,8 @@ program (register allocation across the calls of its out-of-line task bodies), o
 fast_compile="separate", NVRTC to PTX only and nvJitLink assembling every function on its
 own, with the standard calling convention (the callee saves the registers it takes), and
 linking them: on the Llama-3.2-1B decode kernel the PTX's assembly took 7.2 s as one program
-and 2.7 s function by function (2 CPUs, NVRTC and nvJitLink 13).
+and 2.7 s function by function, a cold build 11.5 s and 7.9 s (2 CPUs, NVRTC and nvJitLink
+13; benchmarks/results/compile/compile_bench_separate_88b9534_cpu.md).
 Neither needs a GPU, so CI compiles every generated kernel.
 """
 from __future__ import annotations
