@@ -10,9 +10,8 @@ Two ways from PTX to machine code: NVRTC's own, which assembles the kernel as on
 program (register allocation across the calls of its out-of-line task bodies), or, with
 fast_compile="separate", NVRTC to PTX only and nvJitLink assembling every function on its
 own, with the standard calling convention (the callee saves the registers it takes), and
-linking them: on the Llama-3.2-1B decode kernel the PTX's assembly took 7.2 s as one program
-and 2.7 s function by function, a cold build 11.5 s and 7.9 s (2 CPUs, NVRTC and nvJitLink
-13; benchmarks/results/compile/compile_bench_separate_88b9534_cpu.md).
+linking them: a cold build of the Llama-3.2-1B decode kernel took 11.5 s and 7.9 s (2 CPUs,
+NVRTC 13.0, nvJitLink 13.5; benchmarks/results/compile/compile_bench_separate_88b9534_cpu.md).
 Neither needs a GPU, so CI compiles every generated kernel.
 """
 from __future__ import annotations

@@ -1111,7 +1111,7 @@ static_assert(ET_LINEAR_MMA_RING == 0 || (ET_LINEAR_MMA_RING >= 2 && ET_LINEAR_M
               "ET_LINEAR_MMA_RING takes 0 (off) or 2 to 8 blocks");
 
 // ET_LINEAR_MMA_KSPLIT = 2 (1: off): a tensor-core linear task with at most half a pass's
-// columns (et_mma_groups) puts its warps in G = 2 groups of warps / G, group kg on the blocks
+// columns (et_mma_group) puts its warps in G = 2 groups of warps / G, group kg on the blocks
 // kg, kg + G, ... of k (of every chunk: KB a multiple of G) for the columns of a pass of
 // warps / G warps, the groups' accumulators summed through et_llm_smem at the end of the
 // pass: a warp's x fragments go to all of its 4 column tiles instead of at most 2, and the
